@@ -1,0 +1,1 @@
+"""Analytics report tables (filled by the nightly Spark job)."""

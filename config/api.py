@@ -1,0 +1,17 @@
+"""The one place that turns domain errors into HTTP responses for the REST API."""
+
+from django.core.exceptions import RequestDataTooBig
+from rest_framework import status
+from rest_framework.response import Response
+from rest_framework.views import exception_handler as drf_exception_handler
+
+from config.errors import ApplicationError
+
+
+def exception_handler(exc, context):
+    """Answer ApplicationError with its status and message; leave everything else to DRF."""
+    if isinstance(exc, ApplicationError):
+        return Response({"detail": exc.message, **exc.extra}, status=exc.status)
+    if isinstance(exc, RequestDataTooBig):
+        return Response({"detail": "Request body is too large."}, status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+    return drf_exception_handler(exc, context)

@@ -1,0 +1,35 @@
+"""The /healthz probe: 200 when the database and the broker answer, 503 naming what failed."""
+
+from django.db import connection
+from django.http import HttpRequest, JsonResponse
+from kombu import Connection
+
+from config.celery import app
+
+BROKER_TIMEOUT_SECONDS = 2.0
+
+
+def check_database() -> str | None:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+    except Exception as exc:  # any failure means unhealthy; the message says which
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def check_broker() -> str | None:
+    try:
+        with Connection(app.conf.broker_url, connect_timeout=BROKER_TIMEOUT_SECONDS) as conn:
+            conn.ensure_connection(max_retries=1, timeout=BROKER_TIMEOUT_SECONDS)
+    except Exception as exc:  # kombu raises transport-specific errors
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def healthz(request: HttpRequest) -> JsonResponse:
+    """Report whether the database and the broker answer."""
+    checks = {"database": check_database(), "broker": check_broker()}
+    failed = {name: error for name, error in checks.items() if error}
+    body = {"status": "ok" if not failed else "unavailable", "checks": {n: e or "ok" for n, e in checks.items()}}
+    return JsonResponse(body, status=503 if failed else 200)

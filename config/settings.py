@@ -1,0 +1,164 @@
+"""Django settings for creditshop, read from the environment with defaults that work on a developer machine."""
+
+from pathlib import Path
+
+from config.env import env_bool, env_database, env_float, env_int, env_list, env_rate, env_str
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+DEBUG = env_bool("DJANGO_DEBUG", True)
+SECRET_KEY = env_str("DJANGO_SECRET_KEY", "dev-only-insecure-key-change-me-in-production-0123456789abcdef")
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]", "testserver"])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "rest_framework.authtoken",
+    "drf_spectacular",
+    "orders",
+    "outbox",
+    "credits",
+    "analytics",
+]
+
+MIDDLEWARE = [
+    "config.middleware.BodySizeLimitMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+_database = env_database("DATABASE_URL", "mysql://root:@127.0.0.1:3306/creditshop")
+_database.update(
+    {
+        # Persistent connections, checked before reuse, so a connection the server killed heals on the next request.
+        "CONN_MAX_AGE": env_int("DATABASE_CONN_MAX_AGE", 300, minimum=0),
+        "CONN_HEALTH_CHECKS": True,
+        "OPTIONS": {
+            "charset": "utf8mb4",
+            # READ COMMITTED: no gap locks, so concurrent order inserts and SKIP LOCKED claims do not block each other.
+            "isolation_level": "read committed",
+            "init_command": (
+                "SET sql_mode='STRICT_TRANS_TABLES,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION', time_zone='+00:00'"
+            ),
+            "connect_timeout": 5,
+        },
+        "TEST": {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"},
+    }
+)
+DATABASES = {"default": _database}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+
+# Request bodies above this size answer 413 before anything parses them.
+API_MAX_BODY_BYTES = 64 * 1024
+DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
+
+ORDERS_RATE_LIMIT = env_rate("ORDERS_RATE_LIMIT", "20/second")
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "rest_framework.authentication.TokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 50,
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "DEFAULT_THROTTLE_RATES": {"orders": ORDERS_RATE_LIMIT},
+    "EXCEPTION_HANDLER": "config.api.exception_handler",
+}
+
+SPECTACULAR_SETTINGS = {
+    "TITLE": "creditshop API",
+    "DESCRIPTION": "Orders written atomically with their outbox message; credits awarded exactly once in effect.",
+    "VERSION": "1.0.0",
+    "SERVE_INCLUDE_SCHEMA": False,
+}
+
+# The throttle counts requests in the cache; a shared cache (Redis, memcached) makes it exact across gunicorn workers.
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
+        "LOCATION": "creditshop",
+    }
+}
+
+# Celery: broker, queues and delivery guarantees are explained in config/celery.py.
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
+
+# Outbox relay.
+OUTBOX_MAX_ATTEMPTS = env_int("OUTBOX_MAX_ATTEMPTS", 10, minimum=1)
+OUTBOX_RETENTION_DAYS = env_int("OUTBOX_RETENTION_DAYS", 7, minimum=1)
+OUTBOX_SWEEP_SECONDS = env_float("OUTBOX_SWEEP_SECONDS", 5.0, minimum=0.1)
+OUTBOX_BATCH_SIZE = env_int("OUTBOX_BATCH_SIZE", 500, minimum=1, maximum=10_000)
+OUTBOX_STUCK_SECONDS = env_int("OUTBOX_STUCK_SECONDS", 300, minimum=1)
+
+# Credits consumer.
+CREDITS_MAX_RETRIES = env_int("CREDITS_MAX_RETRIES", 3, minimum=0)
+
+# Analytics.
+SPARK_MASTER = env_str("SPARK_MASTER", "local[*]")
+SPARK_JDBC_JAR = env_str("SPARK_JDBC_JAR", "/usr/share/java/mariadb-java-client.jar")
+REPORTS_DIR = Path(env_str("REPORTS_DIR", str(BASE_DIR / "reports")))
+CONSISTENCY_GRACE_SECONDS = env_int("CONSISTENCY_GRACE_SECONDS", 600, minimum=0)
+
+if not DEBUG:
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+    SECURE_SSL_REDIRECT = env_bool("DJANGO_SECURE_SSL_REDIRECT", True)
+    SECURE_HSTS_SECONDS = env_int("DJANGO_HSTS_SECONDS", 31_536_000, minimum=0)
+    SECURE_HSTS_INCLUDE_SUBDOMAINS = True
+    SECURE_HSTS_PRELOAD = True
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
+    # Request logs would carry the Authorization header on errors; django.request logs paths and status only.
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

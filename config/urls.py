@@ -1,0 +1,20 @@
+"""URL routes for the web app."""
+
+from django.contrib import admin
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from config.health import healthz
+from credits.apis import CreditsApi
+from orders.apis import OrderDetailApi, OrderListCreateApi, TransactionCheckApi
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("healthz", healthz, name="healthz"),
+    path("api/orders/", OrderListCreateApi.as_view(), name="order-list"),
+    path("api/orders/<int:order_id>/", OrderDetailApi.as_view(), name="order-detail"),
+    path("api/transactions/<str:transaction_id>/", TransactionCheckApi.as_view(), name="transaction-check"),
+    path("api/credits/", CreditsApi.as_view(), name="credits"),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+]

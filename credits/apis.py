@@ -1,0 +1,37 @@
+"""REST endpoint for a user's credits: balance and paginated entries."""
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from credits import selectors
+
+
+class CreditsApi(APIView):
+    class CreditEntrySerializer(serializers.Serializer):
+        order_id = serializers.IntegerField()
+        total = serializers.IntegerField()
+        created_at = serializers.DateTimeField()
+
+    class CreditsOutputSerializer(serializers.Serializer):
+        balance = serializers.IntegerField()
+        count = serializers.IntegerField()
+        next = serializers.URLField(allow_null=True)
+        previous = serializers.URLField(allow_null=True)
+        entries = serializers.ListField(child=serializers.DictField())
+
+    @extend_schema(responses=CreditsOutputSerializer)
+    def get(self, request):
+        paginator = LimitOffsetPagination()
+        page = paginator.paginate_queryset(selectors.credit_entries(user=request.user), request, view=self)
+        return Response(
+            {
+                "balance": selectors.credit_balance(user=request.user),
+                "count": paginator.count,
+                "next": paginator.get_next_link(),
+                "previous": paginator.get_previous_link(),
+                "entries": self.CreditEntrySerializer(page, many=True).data,
+            }
+        )

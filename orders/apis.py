@@ -1,0 +1,123 @@
+"""REST endpoints for orders and the transaction check-back: validate, call a service or selector, serialize."""
+
+import unicodedata
+
+from django.http import Http404
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers, status
+from rest_framework.pagination import LimitOffsetPagination
+from rest_framework.response import Response
+from rest_framework.throttling import UserRateThrottle
+from rest_framework.views import APIView
+
+from orders import selectors, services
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+IDEMPOTENCY_KEY_MAX = 255
+
+
+class StrictIntegerField(serializers.IntegerField):
+    """An integer field that refuses strings, floats and booleans instead of coercing them."""
+
+    default_error_messages = {"invalid": "A JSON integer is required."}
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+def refuse_control_characters(value: str) -> None:
+    if any(unicodedata.category(ch) in ("Cc", "Cf", "Cs") for ch in value):
+        raise serializers.ValidationError("Control and format characters are not allowed.")
+
+
+class OrderOutputSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    user_id = serializers.IntegerField()
+    goods_name = serializers.CharField()
+    total = serializers.IntegerField()
+    transaction_id = serializers.CharField()
+    credit_status = serializers.CharField()
+    created_at = serializers.DateTimeField()
+
+
+class OrderThrottle(UserRateThrottle):
+    scope = "orders"
+
+
+class OrderListCreateApi(APIView):
+    class OrderInputSerializer(serializers.Serializer):
+        goods_name = serializers.CharField(max_length=255, validators=[refuse_control_characters])
+        total = StrictIntegerField(min_value=1, max_value=10_000)
+
+        def to_internal_value(self, data):
+            # Report unknown fields (say a client-supplied user_id) together with the other field errors.
+            errors, value = {}, None
+            try:
+                value = super().to_internal_value(data)
+            except serializers.ValidationError as exc:
+                errors = dict(exc.detail)
+            errors.update({name: ["Unknown field."] for name in sorted(set(data) - set(self.fields))})
+            if errors:
+                raise serializers.ValidationError(errors)
+            return value
+
+    def get_throttles(self):
+        return [OrderThrottle()] if self.request.method == "POST" else []
+
+    @extend_schema(responses=OrderOutputSerializer(many=True))
+    def get(self, request):
+        paginator = LimitOffsetPagination()
+        page = paginator.paginate_queryset(selectors.order_list(user=request.user), request, view=self)
+        return paginator.get_paginated_response(OrderOutputSerializer(page, many=True).data)
+
+    @extend_schema(
+        request=OrderInputSerializer,
+        responses={201: OrderOutputSerializer},
+        parameters=[
+            OpenApiParameter(
+                IDEMPOTENCY_HEADER,
+                str,
+                OpenApiParameter.HEADER,
+                description="Retries with the same key and body return the same order (at most 255 characters).",
+            )
+        ],
+    )
+    def post(self, request):
+        key = request.headers.get(IDEMPOTENCY_HEADER)
+        if key is not None and not 1 <= len(key) <= IDEMPOTENCY_KEY_MAX:
+            raise serializers.ValidationError({IDEMPOTENCY_HEADER: [f"Must be 1 to {IDEMPOTENCY_KEY_MAX} characters."]})
+        serializer = self.OrderInputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        placement = services.order_create(user=request.user, idempotency_key=key, **serializer.validated_data)
+        order = placement.order
+        order.credit_status = (
+            selectors.CREDIT_PENDING if placement.created else selectors.order_credit_status(order=order)
+        )
+        headers = {} if placement.created else {"Idempotent-Replayed": "true"}
+        return Response(OrderOutputSerializer(order).data, status=status.HTTP_201_CREATED, headers=headers)
+
+
+class OrderDetailApi(APIView):
+    @extend_schema(responses=OrderOutputSerializer)
+    def get(self, request, order_id: int):
+        order = selectors.order_get(user=request.user, order_id=order_id)
+        if order is None:
+            raise Http404
+        return Response(OrderOutputSerializer(order).data)
+
+
+class TransactionCheckApi(APIView):
+    class CheckBackSerializer(serializers.Serializer):
+        transaction_id = serializers.CharField()
+        business = serializers.CharField()
+        foreign_key = serializers.CharField()
+        state = serializers.CharField()
+
+    @extend_schema(responses={200: CheckBackSerializer, 404: None})
+    def get(self, request, transaction_id: str):
+        result = selectors.transaction_check(user=request.user, transaction_id=transaction_id)
+        if result is None:
+            raise Http404
+        return Response(self.CheckBackSerializer(result).data)
