@@ -1,11 +1,63 @@
-"""The Celery app: RabbitMQ broker, the outbox and credits queues, and delivery guarantees."""
+"""The Celery app: RabbitMQ broker, the outbox and credits queues, and delivery guarantees.
+
+Every Celery setting lives here, each with the reason for it, so the delivery semantics can be read in one place.
+"""
 
 import os
 
 from celery import Celery
+from kombu import Exchange, Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
+OUTBOX_QUEUE = "outbox"
+CREDITS_QUEUE = "credits"
+CREDITS_DEAD_QUEUE = "credits.dead"
+CREDITS_DEAD_EXCHANGE = "credits.dlx"
+
+dead_letter_exchange = Exchange(CREDITS_DEAD_EXCHANGE, type="direct", durable=True)
+
 app = Celery("creditshop")
 app.config_from_object("django.conf:settings", namespace="CELERY")
+app.conf.update(
+    # JSON only: messages are read by other services and by people in the dead-letter queue.
+    task_serializer="json",
+    result_serializer="json",
+    accept_content=["json"],
+    # No result backend: the database rows are the results.
+    task_ignore_result=True,
+    # The broker confirms every publish, so a publish that returned reached the broker.
+    broker_transport_options={"confirm_publish": True},
+    broker_connection_retry_on_startup=True,
+    # Ack after the task ran, and requeue when the worker process dies mid-task: at-least-once delivery,
+    # made exactly-once in effect by the consumer's UNIQUE order_id.
+    task_acks_late=True,
+    task_reject_on_worker_lost=True,
+    # Tasks are short database transactions; a few messages in hand per process keep the pipe full without
+    # stranding many unacked messages on a process that dies (they are redelivered, not lost, either way).
+    worker_prefetch_multiplier=4,
+    task_default_queue=OUTBOX_QUEUE,
+    task_create_missing_queues=False,
+    task_queues=(
+        Queue(OUTBOX_QUEUE, Exchange(OUTBOX_QUEUE, type="direct", durable=True), routing_key=OUTBOX_QUEUE),
+        # A rejected (not requeued) credits message is routed by the broker itself to credits.dead.
+        Queue(
+            CREDITS_QUEUE,
+            Exchange(CREDITS_QUEUE, type="direct", durable=True),
+            routing_key=CREDITS_QUEUE,
+            queue_arguments={
+                "x-dead-letter-exchange": CREDITS_DEAD_EXCHANGE,
+                "x-dead-letter-routing-key": CREDITS_DEAD_QUEUE,
+            },
+        ),
+        Queue(CREDITS_DEAD_QUEUE, dead_letter_exchange, routing_key=CREDITS_DEAD_QUEUE),
+    ),
+    task_routes={
+        "outbox.*": {"queue": OUTBOX_QUEUE},
+        "credits.*": {"queue": CREDITS_QUEUE},
+        "analytics.*": {"queue": OUTBOX_QUEUE},
+    },
+    timezone="UTC",
+    enable_utc=True,
+)
 app.autodiscover_tasks()
