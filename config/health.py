@@ -1,10 +1,9 @@
 """The /healthz probe: 200 when the database and the broker answer, 503 naming what failed."""
 
+from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from kombu import Connection
-
-from config.celery import app
 
 BROKER_TIMEOUT_SECONDS = 2.0
 
@@ -20,7 +19,7 @@ def check_database() -> str | None:
 
 def check_broker() -> str | None:
     try:
-        with Connection(app.conf.broker_url, connect_timeout=BROKER_TIMEOUT_SECONDS) as conn:
+        with Connection(settings.CELERY_BROKER_URL, connect_timeout=BROKER_TIMEOUT_SECONDS) as conn:
             conn.ensure_connection(max_retries=1, timeout=BROKER_TIMEOUT_SECONDS)
     except Exception as exc:  # kombu raises transport-specific errors
         return f"{type(exc).__name__}: {exc}"

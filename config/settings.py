@@ -106,7 +106,6 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "DEFAULT_THROTTLE_RATES": {"orders": ORDERS_RATE_LIMIT},
     "EXCEPTION_HANDLER": "config.api.exception_handler",
 }
 

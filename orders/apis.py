@@ -1,7 +1,9 @@
 """REST endpoints for orders and the transaction check-back: validate, call a service or selector, serialize."""
 
 import unicodedata
+from collections.abc import Mapping
 
+from django.conf import settings
 from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
@@ -27,6 +29,17 @@ class StrictIntegerField(serializers.IntegerField):
         return super().to_internal_value(data)
 
 
+class StrictCharField(serializers.CharField):
+    """A text field that refuses numbers and other non-strings instead of converting them."""
+
+    default_error_messages = {"invalid": "A JSON string is required."}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
 def refuse_control_characters(value: str) -> None:
     if any(unicodedata.category(ch) in ("Cc", "Cf", "Cs") for ch in value):
         raise serializers.ValidationError("Control and format characters are not allowed.")
@@ -43,12 +56,17 @@ class OrderOutputSerializer(serializers.Serializer):
 
 
 class OrderThrottle(UserRateThrottle):
+    """Per-user limit on order creation, read from ORDERS_RATE_LIMIT when the request arrives."""
+
     scope = "orders"
+
+    def get_rate(self) -> str | None:
+        return settings.ORDERS_RATE_LIMIT
 
 
 class OrderListCreateApi(APIView):
     class OrderInputSerializer(serializers.Serializer):
-        goods_name = serializers.CharField(max_length=255, validators=[refuse_control_characters])
+        goods_name = StrictCharField(max_length=255, validators=[refuse_control_characters])
         total = StrictIntegerField(min_value=1, max_value=10_000)
 
         def to_internal_value(self, data):
@@ -58,7 +76,8 @@ class OrderListCreateApi(APIView):
                 value = super().to_internal_value(data)
             except serializers.ValidationError as exc:
                 errors = dict(exc.detail)
-            errors.update({name: ["Unknown field."] for name in sorted(set(data) - set(self.fields))})
+            if isinstance(data, Mapping):
+                errors.update({name: ["Unknown field."] for name in sorted(set(data) - set(self.fields))})
             if errors:
                 raise serializers.ValidationError(errors)
             return value

@@ -1,0 +1,226 @@
+"""The orders REST API: creation, validation, idempotency over HTTP, access control, check-back, pagination."""
+
+import json
+
+import pytest
+from rest_framework.test import APIClient
+
+from orders.models import Order
+from outbox.models import TransactionLog
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/orders/"
+VALID = {"goods_name": "book", "total": 3}
+
+
+def post(client, body, **headers):
+    return client.post(URL, body, format="json", **headers)
+
+
+def assert_nothing_written():
+    assert Order.objects.count() == 0
+    assert TransactionLog.objects.count() == 0
+
+
+def test_create_returns_the_contract_fields(api, user):
+    response = post(api, VALID)
+
+    assert response.status_code == 201
+    body = response.json()
+    assert set(body) == {"id", "user_id", "goods_name", "total", "transaction_id", "credit_status", "created_at"}
+    assert body["user_id"] == user.pk
+    assert (body["goods_name"], body["total"], body["credit_status"]) == ("book", 3, "pending")
+    assert TransactionLog.objects.filter(pk=body["transaction_id"], foreign_key=str(body["id"])).exists()
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"total": 3}, "goods_name"),
+        ({"goods_name": "", "total": 3}, "goods_name"),
+        ({"goods_name": "   ", "total": 3}, "goods_name"),
+        ({"goods_name": "x" * 256, "total": 3}, "goods_name"),
+        ({"goods_name": "bad\x00name", "total": 3}, "goods_name"),
+        ({"goods_name": "bad\x07name", "total": 3}, "goods_name"),
+        ({"goods_name": "bad\u202ename", "total": 3}, "goods_name"),
+        ({"goods_name": None, "total": 3}, "goods_name"),
+        ({"goods_name": 42, "total": 3}, "goods_name"),
+        ({"goods_name": ["book"], "total": 3}, "goods_name"),
+        ({"goods_name": "book"}, "total"),
+        ({"goods_name": "book", "total": 0}, "total"),
+        ({"goods_name": "book", "total": -1}, "total"),
+        ({"goods_name": "book", "total": 10_001}, "total"),
+        ({"goods_name": "book", "total": "3"}, "total"),
+        ({"goods_name": "book", "total": 3.0}, "total"),
+        ({"goods_name": "book", "total": 2.5}, "total"),
+        ({"goods_name": "book", "total": True}, "total"),
+        ({"goods_name": "book", "total": None}, "total"),
+        ({"goods_name": "book", "total": 10**30}, "total"),
+        ({"goods_name": "book", "total": 3, "user_id": 999}, "user_id"),
+        ({"goods_name": "book", "total": 3, "id": 1}, "id"),
+    ],
+)
+def test_bad_body_answers_400_per_field_and_writes_nothing(api, body, field):
+    response = post(api, body)
+
+    assert response.status_code == 400, response.content
+    assert field in response.json()
+    assert_nothing_written()
+
+
+def test_field_errors_and_unknown_fields_are_reported_together(api):
+    response = post(api, {"goods_name": "", "total": 0, "user_id": 7})
+
+    assert response.status_code == 400
+    assert set(response.json()) == {"goods_name", "total", "user_id"}
+
+
+@pytest.mark.parametrize("raw", ["[1, 2]", '"book"', "3", "null", "true"])
+def test_non_object_json_is_400(api, raw):
+    response = api.post(URL, raw, content_type="application/json")
+
+    assert response.status_code == 400
+    assert_nothing_written()
+
+
+@pytest.mark.parametrize("raw", ["{", '{"goods_name": "book", "total": 3', "\xff\xfe", "{'a': 1}"])
+def test_malformed_json_is_400(api, raw):
+    response = api.post(URL, raw, content_type="application/json")
+
+    assert response.status_code == 400
+    assert_nothing_written()
+
+
+def test_extreme_values_at_the_limits_are_accepted(api):
+    response = post(api, {"goods_name": "é" * 255, "total": 10_000})
+
+    assert response.status_code == 201
+    assert Order.objects.get().goods_name == "é" * 255
+
+
+def test_body_over_64_kib_is_413(api):
+    response = post(api, {"goods_name": "x" * (70 * 1024), "total": 1})
+
+    assert response.status_code == 413
+    assert_nothing_written()
+
+
+def test_missing_or_bad_token_is_401():
+    anonymous = APIClient()
+    assert post(anonymous, VALID).status_code == 401
+    assert anonymous.get(URL).status_code == 401
+    anonymous.credentials(HTTP_AUTHORIZATION="Token not-a-real-token")
+    assert post(anonymous, VALID).status_code == 401
+    assert_nothing_written()
+
+
+def test_idempotency_key_over_http(api):
+    first = post(api, VALID, HTTP_IDEMPOTENCY_KEY="abc-123")
+    again = post(api, VALID, HTTP_IDEMPOTENCY_KEY="abc-123")
+    different = post(api, {"goods_name": "book", "total": 4}, HTTP_IDEMPOTENCY_KEY="abc-123")
+
+    assert first.status_code == again.status_code == 201
+    assert again.json() == first.json()
+    assert again.headers["Idempotent-Replayed"] == "true"
+    assert different.status_code == 422
+    assert different.json()["order_id"] == first.json()["id"]
+    assert Order.objects.count() == 1
+
+
+@pytest.mark.parametrize("key", ["", "k" * 256])
+def test_bad_idempotency_key_is_400(api, key):
+    response = post(api, VALID, HTTP_IDEMPOTENCY_KEY=key)
+
+    assert response.status_code == 400
+    assert "Idempotency-Key" in response.json()
+    assert_nothing_written()
+
+
+def test_rate_limit_answers_429_with_retry_after(api, settings):
+    settings.ORDERS_RATE_LIMIT = "3/minute"
+
+    statuses = [post(api, VALID).status_code for _ in range(4)]
+    limited = post(api, VALID)
+
+    assert statuses == [201, 201, 201, 429]
+    assert limited.status_code == 429
+    assert int(limited.headers["Retry-After"]) > 0
+    assert Order.objects.count() == 3
+
+
+def test_rate_limit_none_turns_it_off(api, settings):
+    settings.ORDERS_RATE_LIMIT = None
+
+    assert {post(api, VALID).status_code for _ in range(30)} == {201}
+
+
+def test_list_shows_only_own_orders_paginated(api, other_api):
+    for i in range(7):
+        post(api, {"goods_name": f"item {i}", "total": i + 1})
+    post(other_api, VALID)
+
+    page = api.get(URL, {"limit": 5}).json()
+    rest = api.get(page["next"]).json()
+
+    assert page["count"] == 7
+    assert [o["goods_name"] for o in page["results"]] == [f"item {i}" for i in range(6, 1, -1)]
+    assert [o["goods_name"] for o in rest["results"]] == ["item 1", "item 0"]
+    assert rest["next"] is None
+
+
+def test_detail_of_another_users_order_is_404(api, other_api):
+    order_id = post(api, VALID).json()["id"]
+
+    assert api.get(f"{URL}{order_id}/").status_code == 200
+    assert other_api.get(f"{URL}{order_id}/").status_code == 404
+    assert api.get(f"{URL}999999/").status_code == 404
+
+
+def test_check_back_committed_for_owner_and_staff(api, make_user):
+    created = post(api, VALID).json()
+    staff = APIClient()
+    staff.force_authenticate(make_user("operator", is_staff=True))
+
+    for client in (api, staff):
+        response = client.get(f"/api/transactions/{created['transaction_id']}/")
+        assert response.status_code == 200
+        assert response.json() == {
+            "transaction_id": created["transaction_id"],
+            "business": "order",
+            "foreign_key": str(created["id"]),
+            "state": "COMMITTED",
+        }
+
+
+def test_check_back_is_404_for_unknown_and_for_other_users(api, other_api):
+    created = post(api, VALID).json()
+
+    assert api.get("/api/transactions/0123456789abcdef0123456789abcdef/").status_code == 404
+    assert api.get("/api/transactions/not-an-id/").status_code == 404
+    assert other_api.get(f"/api/transactions/{created['transaction_id']}/").status_code == 404
+
+
+def test_check_back_outlives_the_published_log_row(api):
+    created = post(api, VALID).json()
+    TransactionLog.objects.filter(pk=created["transaction_id"]).delete()
+
+    assert api.get(f"/api/transactions/{created['transaction_id']}/").json()["state"] == "COMMITTED"
+
+
+def test_credits_of_a_new_user_are_zero(api):
+    body = api.get("/api/credits/").json()
+
+    assert body["balance"] == 0
+    assert body["entries"] == []
+
+
+def test_schema_and_docs_are_served(api):
+    schema = api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json")
+
+    assert schema.status_code == 200
+    paths = json.loads(schema.content)["paths"]
+    assert {"/api/orders/", "/api/orders/{order_id}/", "/api/transactions/{transaction_id}/", "/api/credits/"} <= set(
+        paths
+    )
+    assert api.get("/api/docs/").status_code == 200

@@ -1,0 +1,70 @@
+"""Settings come from the environment and a bad value stops start-up with a message naming the variable."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.core.exceptions import ImproperlyConfigured
+
+from config import env
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("DJANGO_DEBUG", "maybe"),
+        ("DATABASE_CONN_MAX_AGE", "ten"),
+        ("OUTBOX_MAX_ATTEMPTS", "0"),
+        ("ORDERS_RATE_LIMIT", "fast"),
+        ("DATABASE_URL", "postgres://localhost/x"),
+        ("OUTBOX_SWEEP_SECONDS", "-1"),
+    ],
+)
+def test_bad_value_fails_start_up_naming_the_variable(name, value):
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; from django.conf import settings; settings.DEBUG"],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", name: value},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr
+    assert name in result.stderr
+
+
+@pytest.mark.parametrize(("raw", "expected"), [("1", True), ("YES", True), ("off", False), ("", True)])
+def test_env_bool_accepts_usual_spellings(monkeypatch, raw, expected):
+    monkeypatch.setenv("X_FLAG", raw)
+
+    assert env.env_bool("X_FLAG", True) is expected
+
+
+def test_env_rate(monkeypatch):
+    monkeypatch.setenv("X_RATE", "none")
+    assert env.env_rate("X_RATE", "20/second") is None
+    monkeypatch.setenv("X_RATE", "5/minute")
+    assert env.env_rate("X_RATE", "20/second") == "5/minute"
+    monkeypatch.setenv("X_RATE", "0/second")
+    with pytest.raises(ImproperlyConfigured, match="X_RATE"):
+        env.env_rate("X_RATE", "20/second")
+
+
+def test_database_url_is_parsed(monkeypatch):
+    monkeypatch.setenv("X_DB", "mysql://app:secret@db.example:3307/shop")
+
+    config = env.env_database("X_DB", "mysql://root:@127.0.0.1:3306/creditshop")
+
+    assert (config["USER"], config["PASSWORD"], config["HOST"], config["PORT"], config["NAME"]) == (
+        "app",
+        "secret",
+        "db.example",
+        3307,
+        "shop",
+    )
