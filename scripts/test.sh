@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Run the whole test suite against the real MariaDB and RabbitMQ (setting them up first if needed).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+exec .venv/bin/pytest --create-db "$@"
