@@ -1,5 +1,7 @@
 """Reads for orders: a user's own orders, and the check-back of a local transaction."""
 
+import re
+
 from django.db.models import QuerySet
 
 from credits.selectors import CreditStatus, credit_status_expression
@@ -7,6 +9,7 @@ from orders.models import Order
 from orders.services import BUSINESS_ORDER
 
 CREDIT_PENDING = CreditStatus.PENDING
+TRANSACTION_ID = re.compile(r"[0-9a-f]{32}")
 
 
 def order_list(*, user) -> QuerySet[Order]:
@@ -30,6 +33,8 @@ def transaction_check(*, user, transaction_id: str) -> dict | None:
     The order row keeps its transaction id for good, so the answer outlives the transaction_log row that
     retention deletes after publishing.
     """
+    if not TRANSACTION_ID.fullmatch(transaction_id):
+        return None
     order = Order.objects.filter(transaction_id=transaction_id).only("id", "user_id").first()
     if order is None or not (user.is_staff or order.user_id == user.pk):
         return None

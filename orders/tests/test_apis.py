@@ -198,6 +198,8 @@ def test_check_back_is_404_for_unknown_and_for_other_users(api, other_api):
 
     assert api.get("/api/transactions/0123456789abcdef0123456789abcdef/").status_code == 404
     assert api.get("/api/transactions/not-an-id/").status_code == 404
+    assert api.get("/api/transactions/%C3%A9" + "0" * 31 + "/").status_code == 404
+    assert api.get("/api/transactions/" + created["transaction_id"].upper() + "/").status_code == 404
     assert other_api.get(f"/api/transactions/{created['transaction_id']}/").status_code == 404
 
 
