@@ -1,0 +1,53 @@
+"""Security review: production settings pass `check --deploy`, and API tokens never reach the logs."""
+
+import logging
+import os
+import secrets
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_check_deploy_is_clean_with_production_settings():
+    env = {
+        **os.environ,
+        "DJANGO_DEBUG": "false",
+        "DJANGO_SECRET_KEY": secrets.token_urlsafe(50),
+        "DJANGO_ALLOWED_HOSTS": "shop.example.com",
+    }
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout
+
+
+@pytest.mark.django_db
+def test_tokens_never_reach_the_logs(user, caplog):
+    key = Token.objects.create(user=user).key
+    good, bad = APIClient(), APIClient()
+    good.credentials(HTTP_AUTHORIZATION=f"Token {key}")
+    bad.credentials(HTTP_AUTHORIZATION="Token 0123456789abcdef0123456789abcdef01234567")
+
+    with caplog.at_level(logging.DEBUG):
+        good.post("/api/orders/", {"goods_name": "book", "total": 1}, format="json")
+        good.post("/api/orders/", {"goods_name": "", "total": 0}, format="json")
+        good.get("/api/orders/999999/")
+        bad.get("/api/orders/")
+
+    assert caplog.records, "the requests above should have logged something (4xx warnings)"
+    text = "\n".join(record.getMessage() + repr(record.__dict__) for record in caplog.records)
+    assert key not in text
+    assert "0123456789abcdef0123456789abcdef01234567" not in text
