@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# One command: set up, start web + workers + beat + relay, place demo orders, watch credits arrive, run a nightly
+# report, and keep everything running until Ctrl-C, which stops everything this script started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+
+PORT=${PORT:-8000}
+RUN_DIR=.run
+mkdir -p "$RUN_DIR/logs"
+export PROMETHEUS_MULTIPROC_DIR="$PWD/$RUN_DIR/prometheus"
+rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
+PY=.venv/bin/python
+
+pids=()
+stop_all() {
+  trap - INT TERM EXIT
+  echo
+  echo "==> Stopping everything the demo started"
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  echo "stopped."
+}
+trap stop_all INT TERM EXIT
+
+start() {  # name, command...
+  local name=$1; shift
+  "$@" >"$RUN_DIR/logs/$name.log" 2>&1 &
+  pids+=($!)
+  echo "    $name (pid $!, log $RUN_DIR/logs/$name.log)"
+}
+
+echo "==> Admin user"
+ADMIN_PASSWORD=$($PY -c "import secrets; print(secrets.token_urlsafe(12))")
+DJANGO_SUPERUSER_PASSWORD=$ADMIN_PASSWORD $PY manage.py createsuperuser --noinput --username admin \
+  --email admin@example.com >/dev/null 2>&1 || \
+  $PY manage.py shell -c "from django.contrib.auth import get_user_model as g; u=g().objects.get(username='admin'); u.set_password('$ADMIN_PASSWORD'); u.save()"
+$PY manage.py shell -c "from django.contrib.auth import get_user_model as g; g().objects.get_or_create(username='demo')"
+TOKEN=$($PY manage.py drf_create_token demo | awk '{print $3}')
+
+echo "==> Starting processes"
+start web .venv/bin/gunicorn config.wsgi --bind "127.0.0.1:$PORT" --workers 2 --threads 4 --worker-class gthread
+start worker .venv/bin/celery -A config worker -Q outbox,credits --concurrency 2 --loglevel INFO
+start beat .venv/bin/celery -A config beat --loglevel INFO --schedule "$RUN_DIR/celerybeat-schedule"
+start relay $PY manage.py relay_outbox
+
+for _ in $(seq 60); do curl -fs "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 && break; sleep 1; done
+curl -fs "http://127.0.0.1:$PORT/healthz" >/dev/null || { echo "web did not become healthy; see $RUN_DIR/logs" >&2; exit 1; }
+
+echo "==> Placing demo orders as user 'demo'"
+$PY scripts/demo_client.py --base-url "http://127.0.0.1:$PORT" --token "$TOKEN" --orders "${DEMO_ORDERS:-50}"
+
+echo "==> Seeding a week of history and running last night's report"
+YESTERDAY=$(date -u -d yesterday +%F)
+$PY manage.py seed_demo_data --orders "${DEMO_HISTORY_ORDERS:-20000}" --days 7 --end "$YESTERDAY"
+$PY manage.py run_nightly_reports --date "$YESTERDAY"
+
+REPORTS=$($PY -c "import os; os.environ.setdefault('DJANGO_SETTINGS_MODULE','config.settings'); import django; django.setup(); from django.conf import settings; print(settings.REPORTS_DIR)")
+cat <<EOF2
+
+creditshop is running. Ctrl-C stops everything.
+  API docs:        http://127.0.0.1:$PORT/api/docs/
+  Admin:           http://127.0.0.1:$PORT/admin/   (user admin, password $ADMIN_PASSWORD)
+  Reports page:    http://127.0.0.1:$PORT/reports/
+  Nightly report:  $REPORTS/$YESTERDAY/
+  Demo API token:  $TOKEN
+  Health, metrics: http://127.0.0.1:$PORT/healthz  http://127.0.0.1:$PORT/metrics
+EOF2
+wait

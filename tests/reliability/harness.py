@@ -1,0 +1,311 @@
+"""Fault-injection harness: real gunicorn, Celery workers, beat and relay, clients that retry, and a reconciliation.
+
+Used by the short CI suite (tests/reliability/) and the long soak (bench/soak.py). Every process runs in its own
+process group so a fault can SIGKILL exactly what it means to, and `Cluster.stop()` leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[2]
+VENV_BIN = Path(sys.executable).parent
+
+
+def database_url(settings_dict: dict) -> str:
+    """Return a DATABASE_URL for the database Django is connected to (the test database under pytest)."""
+    user, password = settings_dict["USER"], settings_dict["PASSWORD"]
+    host, port = settings_dict["HOST"] or "127.0.0.1", settings_dict["PORT"] or 3306
+    return f"mysql://{user}:{password}@{host}:{port}/{settings_dict['NAME']}"
+
+
+@dataclass
+class Cluster:
+    """The service's processes, started from this checkout against one database and one broker."""
+
+    database_url: str
+    broker_url: str
+    workdir: Path
+    port: int = 18900
+    extra_env: dict = field(default_factory=dict)
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def env(self) -> dict:
+        env = dict(os.environ)
+        env.update(
+            DATABASE_URL=self.database_url,
+            CELERY_BROKER_URL=self.broker_url,
+            DJANGO_SETTINGS_MODULE="config.settings",
+            ORDERS_RATE_LIMIT="none",
+            OUTBOX_SWEEP_SECONDS="1",
+            PROMETHEUS_MULTIPROC_DIR=str(self.workdir / "prometheus"),
+            REPORTS_DIR=str(self.workdir / "reports"),
+            PYTHONUNBUFFERED="1",
+        )
+        env.update(self.extra_env)
+        return env
+
+    def commands(self) -> dict[str, list[str]]:
+        python = str(VENV_BIN / "python")
+        celery = str(VENV_BIN / "celery")
+        return {
+            "web": [
+                str(VENV_BIN / "gunicorn"),
+                "config.wsgi",
+                f"--bind=127.0.0.1:{self.port}",
+                "--workers=2",
+                "--threads=4",
+                "--worker-class=gthread",
+                "--graceful-timeout=5",
+            ],
+            "credits": [celery, "-A", "config", "worker", "-Q", "credits", "-c", "2", "-n", "credits@%h", "-l", "INFO"],
+            "outbox": [celery, "-A", "config", "worker", "-Q", "outbox", "-c", "1", "-n", "outbox@%h", "-l", "INFO"],
+            "beat": [celery, "-A", "config", "beat", "-l", "INFO", "-s", str(self.workdir / "beat-schedule")],
+            "relay": [python, "manage.py", "relay_outbox"],
+        }
+
+    def start(self, *names: str) -> None:
+        (self.workdir / "prometheus").mkdir(parents=True, exist_ok=True)
+        (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
+        for name in names or self.commands():
+            log = open(self.workdir / "logs" / f"{name}.log", "ab")  # noqa: SIM115 (closed with the process)
+            self.procs[name] = subprocess.Popen(
+                self.commands()[name],
+                cwd=ROOT,
+                env=self.env(),
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        if "web" in (names or self.commands()):
+            self.wait_healthy()
+
+    def wait_healthy(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(f"{self.base_url}/healthz", timeout=5).status_code in (200, 503):
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.3)
+        raise RuntimeError(f"web did not answer within {timeout:.0f}s; see {self.workdir / 'logs'}")
+
+    def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
+        """Send a signal to a process and everything in its process group."""
+        proc = self.procs.pop(name)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, sig)
+        proc.wait(timeout=30)
+
+    def kill_pool_children(self, name: str) -> int:
+        """SIGKILL the pool processes of a Celery worker (not the main process, which replaces them)."""
+        parent = self.procs[name].pid
+        children = subprocess.run(["pgrep", "-P", str(parent)], capture_output=True, text=True).stdout.split()
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(pid), signal.SIGKILL)
+        return len(children)
+
+    def stop(self) -> None:
+        for name in list(self.procs):
+            proc = self.procs[name]
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                    proc.wait(timeout=20)
+                except (ProcessLookupError, subprocess.TimeoutExpired):
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait(timeout=10)
+            self.procs.pop(name)
+
+    def logs(self, name: str, tail: int = 40) -> str:
+        path = self.workdir / "logs" / f"{name}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-tail:]) if path.exists() else ""
+
+
+@dataclass
+class Ledger:
+    """What the clients asked for and what the service acknowledged."""
+
+    attempted: int = 0
+    acknowledged: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> (order id, total)
+    statuses: Counter = field(default_factory=Counter)
+    server_errors: list[tuple[float, int]] = field(default_factory=list)  # (time, status)
+    gave_up: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class OrderStream:
+    """Client threads placing orders at a steady rate, each retrying with its Idempotency-Key until answered."""
+
+    def __init__(self, base_url: str, tokens: list[str], *, rate: float, ledger: Ledger, seed: int = 1):
+        self.base_url, self.tokens, self.rate, self.ledger = base_url, tokens, rate, ledger
+        self.stop_event = threading.Event()
+        self.random = random.Random(seed)
+        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(len(tokens))]
+
+    def start(self) -> None:
+        for thread in self.threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        for thread in self.threads:
+            thread.join(timeout=120)
+
+    def _run(self, slot: int) -> None:
+        session = requests.Session()
+        session.headers["Authorization"] = f"Token {self.tokens[slot]}"
+        interval = len(self.tokens) / self.rate
+        next_at = time.monotonic()
+        while not self.stop_event.is_set():
+            self._place(session, total=self.random.randint(1, 50))
+            next_at += interval
+            time.sleep(max(0.0, next_at - time.monotonic()))
+
+    def _place(self, session: requests.Session, *, total: int) -> None:
+        key = uuid.uuid4().hex
+        body = {"goods_name": "reliability", "total": total}
+        with self.ledger.lock:
+            self.ledger.attempted += 1
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                response = session.post(
+                    f"{self.base_url}/api/orders/", json=body, headers={"Idempotency-Key": key}, timeout=10
+                )
+            except requests.RequestException:
+                with self.ledger.lock:
+                    self.ledger.statuses["connection error"] += 1
+                time.sleep(0.2)
+                continue
+            with self.ledger.lock:
+                self.ledger.statuses[response.status_code] += 1
+                if response.status_code >= 500:
+                    self.ledger.server_errors.append((time.monotonic(), response.status_code))
+            if response.status_code == 201:
+                with self.ledger.lock:
+                    self.ledger.acknowledged[key] = (response.json()["id"], total)
+                return
+            time.sleep(0.2)
+        with self.ledger.lock:
+            self.ledger.gave_up += 1
+
+
+@dataclass
+class Reconciliation:
+    attempted: int
+    acknowledged: int
+    stored: int
+    lost: int
+    unacknowledged_stored: int
+    credited: int
+    missing_credits: int
+    duplicated_credits: int
+    wrong_amounts: int
+    balance_mismatches: int
+    gave_up: int
+
+    @property
+    def ok(self) -> bool:
+        return not (
+            self.lost
+            or self.missing_credits
+            or self.duplicated_credits
+            or self.wrong_amounts
+            or self.balance_mismatches
+            or self.gave_up
+        )
+
+
+def reconcile(ledger: Ledger, user_ids: list[int]) -> Reconciliation:
+    """Compare what clients were told with what the database holds (orders, credits, balances)."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        placeholders = ",".join(["%s"] * len(user_ids))
+        cursor.execute(f"SELECT id, total FROM orders WHERE user_id IN ({placeholders})", user_ids)  # noqa: S608
+        orders = dict(cursor.fetchall())
+        cursor.execute(
+            f"SELECT order_id, COUNT(*), SUM(total) FROM order_credits WHERE user_id IN ({placeholders})"  # noqa: S608
+            " GROUP BY order_id",
+            user_ids,
+        )
+        credits = {order_id: (count, total) for order_id, count, total in cursor.fetchall()}
+        balance_sql = (
+            "SELECT b.user_id, b.balance, COALESCE(SUM(c.total), 0) FROM credit_balances b"
+            " LEFT JOIN order_credits c ON c.user_id = b.user_id"
+            f" WHERE b.user_id IN ({placeholders}) GROUP BY b.user_id, b.balance"
+        )
+        cursor.execute(balance_sql, user_ids)
+        balance_mismatches = sum(1 for _, balance, entries in cursor.fetchall() if balance != entries)
+
+    acknowledged_ids = {order_id for order_id, _ in ledger.acknowledged.values()}
+    return Reconciliation(
+        attempted=ledger.attempted,
+        acknowledged=len(ledger.acknowledged),
+        stored=len(orders),
+        lost=len(acknowledged_ids - set(orders)),
+        unacknowledged_stored=len(set(orders) - acknowledged_ids),
+        credited=len(credits),
+        missing_credits=len(set(orders) - set(credits)),
+        duplicated_credits=sum(count - 1 for count, _ in credits.values()),
+        wrong_amounts=sum(1 for oid, (_, total) in credits.items() if oid in orders and total != 2 * orders[oid]),
+        balance_mismatches=balance_mismatches,
+        gave_up=ledger.gave_up,
+    )
+
+
+def wait_for_credits(ledger: Ledger, user_ids: list[int], *, timeout: float) -> tuple[Reconciliation, float]:
+    """Poll until every stored order has its credit or the timeout passes; return the result and the time taken."""
+    from django.db import connection
+
+    started = time.monotonic()
+    while True:
+        connection.close()
+        result = reconcile(ledger, user_ids)
+        if result.missing_credits == 0 or time.monotonic() - started > timeout:
+            return result, time.monotonic() - started
+        time.sleep(0.5)
+
+
+def kill_database_connections(database: str) -> int:
+    """KILL every server connection to a database except this process's own; return how many were killed."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT CONNECTION_ID()")
+        (own,) = cursor.fetchone()
+        cursor.execute("SELECT id FROM information_schema.processlist WHERE db = %s AND id <> %s", [database, own])
+        ids = [row[0] for row in cursor.fetchall()]
+        killed = 0
+        for thread_id in ids:
+            try:
+                cursor.execute(f"KILL CONNECTION {int(thread_id)}")
+                killed += 1
+            except Exception:  # noqa: S110 (the connection may have closed on its own meanwhile)
+                pass
+    return killed
+
+
+def rabbitmqctl(*args: str) -> None:
+    subprocess.run(["rabbitmqctl", *args], check=True, capture_output=True, timeout=120)
