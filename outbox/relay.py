@@ -1,0 +1,530 @@
+"""The outbox relay: claim due transaction_log rows, publish them to RabbitMQ with confirms, record the outcome.
+
+One pass is three steps, each a function a test can call on its own:
+
+- ``claim_due``: a short transaction locks up to a batch of due rows with ``SELECT ... FOR UPDATE SKIP LOCKED`` and
+  pushes their ``next_attempt_at`` out by a lease (a guarded UPDATE), then commits. While it runs other relays skip
+  the locked rows; once it committed they no longer see them as due. No network call happens inside it.
+- ``Publisher.publish``: every message of the batch is written to the channel without waiting, then one wait collects
+  the broker's basic.ack / basic.nack by delivery tag: one round trip per batch, not per message.
+- ``mark_published`` / ``mark_failed``: one UPDATE for the confirmed rows; the failed ones get attempts+1 and a backoff,
+  or ``dead`` at OUTBOX_MAX_ATTEMPTS. Both are guarded by the lease value, so a relay that lost its lease (it ran
+  longer than OUTBOX_LEASE_SECONDS) changes nothing.
+
+A relay that dies after publishing and before marking leaves its rows leased; they come due again when the lease
+runs out and are published a second time. That duplicate is the price of at-least-once; the consumer absorbs it.
+"""
+
+import logging
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import amqp
+from amqp.exceptions import AMQPError
+from django.conf import settings
+from django.db import DatabaseError, close_old_connections, connections, transaction
+from django.db.models import Case, Value, When
+from django.utils import timezone
+from kombu import Queue
+from kombu.exceptions import OperationalError
+from kombu.serialization import dumps
+
+from config.celery import CREDITS_DEAD_QUEUE, CREDITS_QUEUE, app
+from outbox import metrics
+from outbox.models import TransactionLog
+
+logger = logging.getLogger(__name__)
+
+CREDITS_TASK = "credits.award_credits"
+# What a lost or refused broker connection raises: kombu wraps connect failures, py-amqp raises protocol errors,
+# and socket failures (refused, reset, timed out) are OSErrors.
+BROKER_ERRORS = (OperationalError, AMQPError, OSError)
+# Broker-side reasons are kept in last_error; a bounded length keeps a pathological message out of the table.
+MAX_ERROR_LENGTH = 1000
+PENDING = TransactionLog.Status.PENDING
+
+
+@dataclass(frozen=True)
+class ClaimedMessage:
+    id: str
+    payload: dict
+    attempts: int
+
+
+@dataclass(frozen=True)
+class Claim:
+    """Rows one relay holds until ``lease_until``, the value it wrote to their next_attempt_at."""
+
+    messages: list[ClaimedMessage]
+    lease_until: datetime
+
+
+@dataclass
+class PublishResult:
+    confirmed: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    # Set when the connection failed or a confirm did not come in time; the relay should back off.
+    broker_error: BaseException | None = None
+
+
+@dataclass(frozen=True)
+class BatchOutcome:
+    claimed: int = 0
+    published: int = 0
+    failed: int = 0
+    dead: int = 0
+    broker_error: BaseException | None = None
+
+
+class BrokerUnavailable(Exception):
+    """The broker could not be reached, or dropped the connection mid-batch; ``published`` counts what got out."""
+
+    def __init__(self, cause: BaseException, *, published: int):
+        super().__init__(f"{type(cause).__name__}: {cause}")
+        self.published = published
+
+
+class ConfirmTimeout(TimeoutError):
+    """The broker did not confirm every message of a batch within the confirm timeout."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Retry policy: every failed publish (nack, unroutable, confirm timeout, connection lost mid-batch) counts as one
+# attempt and waits base * 2^(attempts-1) seconds, capped, with "equal jitter" (half fixed, half random) so rows that
+# failed together do not retry together. The OUTBOX_MAX_ATTEMPTS-th failure makes the row dead: it leaves the relay,
+# shows in the admin's dead filter, in /healthz and /metrics, and goes back to pending only by "retry now".
+# A broker that cannot be reached at all costs no attempts: the relay connects before it claims anything.
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def retry_delay(attempts: int) -> float:
+    """Return the seconds to wait before publishing again a message that has failed `attempts` times."""
+    ceiling = min(
+        settings.OUTBOX_BACKOFF_MAX_SECONDS, settings.OUTBOX_BACKOFF_BASE_SECONDS * 2 ** min(max(attempts, 1) - 1, 60)
+    )
+    return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+def claim_due(*, limit: int, lease_seconds: float | None = None) -> Claim:
+    """Lock up to `limit` due rows, lease them to this relay and commit; return what was claimed.
+
+    Rows are taken in (next_attempt_at, id) order: the order of the (status, next_attempt_at) index, so the scan stops
+    after `limit` rows and locks nothing else. Ordering by id alone would sort every due row, locking them all.
+    Ids are time-ordered, so fresh rows still go out roughly in commit order; no "last id seen" cursor is kept,
+    because ids do not commit in order.
+    """
+    if connections["default"].in_atomic_block:
+        raise RuntimeError("claim_due commits its claim before anything is published; call it outside a transaction")
+    now = timezone.now()
+    lease_until = now + timedelta(seconds=lease_seconds or settings.OUTBOX_LEASE_SECONDS)
+    with transaction.atomic():
+        rows = list(
+            TransactionLog.objects.select_for_update(skip_locked=True)
+            .filter(status=PENDING, next_attempt_at__lte=now)
+            .order_by("next_attempt_at", "id")
+            .values_list("id", "payload", "attempts")[:limit]
+        )
+        if not rows:
+            return Claim(messages=[], lease_until=lease_until)
+        ids = [row[0] for row in rows]
+        leased = TransactionLog.objects.filter(id__in=ids, status=PENDING).update(next_attempt_at=lease_until)
+        if leased != len(ids):
+            # Cannot happen while we hold the row locks; refuse rather than publish rows we do not own.
+            raise RuntimeError(f"leased {leased} of {len(ids)} locked rows")
+    return Claim(messages=[ClaimedMessage(*row) for row in rows], lease_until=lease_until)
+
+
+def build_task_message(message: ClaimedMessage) -> amqp.Message:
+    """Return the Celery protocol-2 task message for one outbox row, built by Celery itself.
+
+    Equivalent to ``send_task("credits.award_credits", kwargs={"message": payload}, task_id=<transaction id>)``: the
+    transaction id is the task id, the correlation id and the AMQP message id.
+    """
+    kwargs = {"message": message.payload}
+    headers, properties, body, _ = app.amqp.as_task_v2(
+        message.id,
+        CREDITS_TASK,
+        args=(),
+        kwargs=kwargs,
+        # The payload is small and flat; repr() says the same as Celery's saferepr at a fraction of the cost.
+        argsrepr="()",
+        kwargsrepr=repr(kwargs),
+        origin=_ORIGIN,
+    )
+    content_type, content_encoding, data = dumps(body, serializer="json")
+    return amqp.Message(
+        data,
+        content_type=content_type,
+        content_encoding=content_encoding,
+        application_headers=headers,
+        delivery_mode=2,
+        message_id=message.id,
+        **properties,
+    )
+
+
+_ORIGIN = f"outbox-relay@{socket.gethostname()}"
+
+
+class Publisher:
+    """One broker connection in confirm mode: publishes a batch, then waits once for all of its confirms.
+
+    Not thread-safe; each relay thread or process has its own.
+    """
+
+    def __init__(
+        self,
+        *,
+        url: str | None = None,
+        queue: Queue | None = None,
+        confirm_timeout: float | None = None,
+        connect_timeout: float = 5.0,
+    ):
+        self.url = url
+        self.queue = queue
+        self.confirm_timeout = confirm_timeout
+        self.connect_timeout = connect_timeout
+        self._conn = None
+        self._channel = None
+        self._next_tag = 0
+        self._unconfirmed: dict[int, str] = {}
+        self._returned: dict[str, str] = {}
+        self._confirmed: list[str] = []
+        self._failed: dict[str, str] = {}
+
+    @property
+    def connected(self) -> bool:
+        return self._conn is not None
+
+    def connect(self) -> None:
+        """Open the connection and a confirm-mode channel, and declare the destination queue; no-op if open."""
+        if self._conn is not None:
+            return
+        # confirm_publish off: that option makes py-amqp wait for each message's confirm; we wait once per batch.
+        conn = app.connection_for_write(
+            url=self.url,
+            connect_timeout=self.connect_timeout,
+            heartbeat=0,
+            transport_options={"confirm_publish": False},
+        )
+        try:
+            conn.ensure_connection(max_retries=0)
+            channel = conn.channel()
+            for queue in self._queues_to_declare():
+                queue(channel).declare()
+            channel.confirm_select()
+        except BaseException:
+            conn.release()
+            raise
+        channel.events["basic_ack"].add(self._on_ack)
+        channel.events["basic_nack"].add(self._on_nack)
+        channel.events["basic_return"].add(self._on_return)
+        self._conn, self._channel, self._next_tag = conn, channel, 0
+
+    def close(self) -> None:
+        """Drop the connection; the next publish reconnects."""
+        conn, self._conn, self._channel = self._conn, None, None
+        self._unconfirmed.clear()
+        self._returned.clear()
+        if conn is not None:
+            try:
+                conn.release()
+            except BROKER_ERRORS:
+                logger.debug("error closing the relay's broker connection", exc_info=True)
+
+    def publish(self, messages: Sequence[ClaimedMessage]) -> PublishResult:
+        """Publish every message with mandatory routing, then collect the confirms; never raises broker errors."""
+        result = PublishResult()
+        built = []
+        for message in messages:
+            try:
+                built.append((message.id, build_task_message(message)))
+            except (TypeError, ValueError) as exc:
+                result.failed[message.id] = f"cannot build the task message: {exc}"
+        if not built:
+            return result
+        self._confirmed, self._failed = result.confirmed, result.failed
+        sent = 0
+        try:
+            self.connect()
+            queue = self._queue()
+            exchange, routing_key = queue.exchange.name, queue.routing_key
+            for message_id, amqp_message in built:
+                self._next_tag += 1
+                self._unconfirmed[self._next_tag] = message_id
+                self._channel.basic_publish(
+                    amqp_message,
+                    exchange=exchange,
+                    routing_key=routing_key,
+                    # An unroutable message is returned (and then acked): without this it would vanish silently.
+                    mandatory=True,
+                    timeout=self._confirm_timeout(),
+                )
+                sent += 1
+            self._wait_for_confirms()
+        except (*BROKER_ERRORS, ConfirmTimeout) as exc:
+            result.broker_error = exc
+            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+            for message_id in self._unconfirmed.values():
+                result.failed[message_id] = reason
+            for message_id, _ in built[sent:]:
+                result.failed.setdefault(message_id, reason)
+            # The channel's delivery tags no longer match what we track; start over on a fresh connection.
+            self.close()
+        finally:
+            self._unconfirmed.clear()
+            self._returned.clear()
+            self._confirmed, self._failed = [], {}
+        return result
+
+    def _queues_to_declare(self) -> list[Queue]:
+        if self.queue is not None:
+            return [self.queue]
+        # The consumer may not have started yet; declaring here keeps the first messages from being unroutable.
+        return [app.amqp.queues[CREDITS_QUEUE], app.amqp.queues[CREDITS_DEAD_QUEUE]]
+
+    def _queue(self) -> Queue:
+        return self.queue if self.queue is not None else app.amqp.queues[CREDITS_QUEUE]
+
+    def _confirm_timeout(self) -> float:
+        return self.confirm_timeout or settings.OUTBOX_CONFIRM_TIMEOUT_SECONDS
+
+    def _wait_for_confirms(self) -> None:
+        timeout = self._confirm_timeout()
+        deadline = time.monotonic() + timeout
+        while self._unconfirmed:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise ConfirmTimeout(f"no publisher confirm within {timeout:g} s")
+            try:
+                self._conn.drain_events(timeout=remaining)
+            except TimeoutError:
+                raise ConfirmTimeout(f"no publisher confirm within {timeout:g} s") from None
+
+    def _on_ack(self, delivery_tag: int, multiple: bool) -> None:
+        self._settle(delivery_tag, multiple, None)
+
+    def _on_nack(self, delivery_tag: int, multiple: bool) -> None:
+        self._settle(delivery_tag, multiple, "nacked by the broker")
+
+    def _on_return(self, exc, exchange: str, routing_key: str, message) -> None:
+        message_id = message.properties.get("message_id")
+        if message_id:
+            self._returned[message_id] = f"unroutable ({exchange!r}, {routing_key!r}): {exc}"
+
+    def _settle(self, delivery_tag: int, multiple: bool, error: str | None) -> None:
+        if not multiple:
+            self._settle_one(delivery_tag, error)
+            return
+        # Tags are issued in increasing order and dicts keep insertion order: settle from the front.
+        while self._unconfirmed:
+            tag = next(iter(self._unconfirmed))
+            if tag > delivery_tag:
+                break
+            self._settle_one(tag, error)
+
+    def _settle_one(self, tag: int, error: str | None) -> None:
+        message_id = self._unconfirmed.pop(tag, None)
+        if message_id is None:
+            return
+        error = error or self._returned.pop(message_id, None)
+        if error:
+            self._failed[message_id] = error
+        else:
+            self._confirmed.append(message_id)
+
+
+def mark_published(claim: Claim, ids: Sequence[str]) -> int:
+    """Mark the confirmed rows of a claim published in one UPDATE; return how many this relay still owned."""
+    if not ids:
+        return 0
+    updated = TransactionLog.objects.filter(id__in=list(ids), status=PENDING, next_attempt_at=claim.lease_until).update(
+        status=TransactionLog.Status.PUBLISHED, published_at=timezone.now()
+    )
+    if updated != len(ids):
+        logger.info(
+            "outbox: %d of %d published rows had changed since the claim (lease lost, retried or discarded)",
+            len(ids) - updated,
+            len(ids),
+        )
+    metrics.PUBLISHED.inc(updated)
+    return updated
+
+
+def mark_failed(claim: Claim, failures: dict[str, str]) -> tuple[int, int]:
+    """Record failed publishes: attempts+1 and a backoff, or dead at the limit. Return (retrying, dead)."""
+    if not failures:
+        return 0, 0
+    now = timezone.now()
+    max_attempts = settings.OUTBOX_MAX_ATTEMPTS
+    retry, dead = [], []
+    for message in claim.messages:
+        if message.id in failures:
+            (dead if message.attempts + 1 >= max_attempts else retry).append(message)
+
+    def update(messages: list[ClaimedMessage], status: str, next_attempt_at: Callable[[ClaimedMessage], datetime]):
+        if not messages:
+            return 0
+        return TransactionLog.objects.filter(
+            id__in=[m.id for m in messages], status=PENDING, next_attempt_at=claim.lease_until
+        ).update(
+            status=status,
+            attempts=Case(*[When(id=m.id, then=Value(m.attempts + 1)) for m in messages]),
+            next_attempt_at=Case(*[When(id=m.id, then=Value(next_attempt_at(m))) for m in messages]),
+            last_error=Case(*[When(id=m.id, then=Value(failures[m.id][:MAX_ERROR_LENGTH])) for m in messages]),
+        )
+
+    retrying = update(retry, PENDING, lambda m: now + timedelta(seconds=retry_delay(m.attempts + 1)))
+    died = update(dead, TransactionLog.Status.DEAD, lambda m: now)
+    metrics.FAILED.inc(len(failures))
+    metrics.DEAD.inc(died)
+    if retry:
+        logger.warning(
+            "outbox: %d message(s) not confirmed, retrying with backoff; first: %s (%s)",
+            len(retry),
+            retry[0].id,
+            failures[retry[0].id],
+        )
+    for message in dead:
+        logger.error(
+            "outbox: message %s is dead after %d failed publishes: %s",
+            message.id,
+            message.attempts + 1,
+            failures[message.id],
+        )
+    return retrying, died
+
+
+def relay_batch(
+    publisher: Publisher, *, batch_size: int | None = None, lease_seconds: float | None = None
+) -> BatchOutcome:
+    """Claim, publish and mark one batch. Raises a broker error, having claimed nothing, when it cannot connect."""
+    publisher.connect()
+    claim = claim_due(limit=batch_size or settings.OUTBOX_BATCH_SIZE, lease_seconds=lease_seconds)
+    if not claim.messages:
+        return BatchOutcome()
+    result = publisher.publish(claim.messages)
+    published = mark_published(claim, result.confirmed)
+    retrying, dead = mark_failed(claim, result.failed)
+    return BatchOutcome(
+        claimed=len(claim.messages),
+        published=published,
+        failed=retrying + dead,
+        dead=dead,
+        broker_error=result.broker_error,
+    )
+
+
+def drain(
+    publisher: Publisher,
+    *,
+    batch_size: int | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+    time_budget: float | None = None,
+) -> int:
+    """Relay batches until nothing is due, `should_stop()` or the time budget runs out; return how many published.
+
+    A short batch means nothing else is due (rows other relays hold are skipped, not waited for), so this also ends
+    when several relays share the work. Raises BrokerUnavailable if the broker cannot be reached or fails mid-batch.
+    """
+    batch_size = batch_size or settings.OUTBOX_BATCH_SIZE
+    deadline = None if time_budget is None else time.monotonic() + time_budget
+    total = 0
+    while not should_stop():
+        try:
+            outcome = relay_batch(publisher, batch_size=batch_size)
+        except BROKER_ERRORS as exc:
+            publisher.close()
+            raise BrokerUnavailable(exc, published=total) from exc
+        total += outcome.published
+        if outcome.broker_error is not None:
+            raise BrokerUnavailable(outcome.broker_error, published=total) from outcome.broker_error
+        if outcome.claimed < batch_size or (deadline is not None and time.monotonic() >= deadline):
+            break
+    return total
+
+
+class OutageLog:
+    """Log an outage once when it starts, then every `every` seconds while it lasts, and once when it ends."""
+
+    def __init__(self, what: str, *, every: float = 60.0, log: logging.Logger = logger):
+        self.what = what
+        self.every = every
+        self.log = log
+        self.since: float | None = None
+        self._last_warning = 0.0
+
+    def failed(self, exc: BaseException) -> None:
+        now = time.monotonic()
+        if self.since is None:
+            self.since = self._last_warning = now
+            self.log.warning("%s unreachable, backing off: %s", self.what, exc)
+        elif now - self._last_warning >= self.every:
+            self._last_warning = now
+            self.log.warning("%s still unreachable after %.0f s: %s", self.what, now - self.since, exc)
+
+    def recovered(self) -> None:
+        if self.since is not None:
+            self.log.warning("%s reachable again after %.0f s", self.what, time.monotonic() - self.since)
+            self.since = None
+
+
+def outage_backoff(failures: int, *, cap: float = 30.0) -> float:
+    """Return how long to wait after `failures` consecutive failed attempts to reach the broker or database."""
+    ceiling = min(cap, 0.5 * 2 ** min(failures - 1, 10))
+    return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+IDLE_FIRST_SECONDS = 0.05
+
+
+def run_relay_loop(
+    *,
+    stop: threading.Event,
+    publisher: Publisher | None = None,
+    batch_size: int | None = None,
+    idle_seconds: float | None = None,
+) -> int:
+    """Relay until `stop` is set, finishing the batch in hand; return how many messages were published.
+
+    When nothing is due the poll interval doubles from 50 ms up to OUTBOX_IDLE_SECONDS; while the broker or the
+    database is down it backs off up to 30 s, warning once per outage and then once a minute.
+    """
+    publisher = publisher or Publisher()
+    idle_max = idle_seconds or settings.OUTBOX_IDLE_SECONDS
+    idle = IDLE_FIRST_SECONDS
+    broker, database = OutageLog("broker"), OutageLog("database")
+    broker_failures = database_failures = 0
+    total = 0
+    try:
+        while not stop.is_set():
+            close_old_connections()
+            try:
+                published = drain(publisher, batch_size=batch_size, should_stop=stop.is_set)
+            except BrokerUnavailable as exc:
+                total += exc.published
+                broker.failed(exc)
+                broker_failures += 1
+                stop.wait(outage_backoff(broker_failures))
+                continue
+            except DatabaseError as exc:
+                publisher.close()
+                database.failed(exc)
+                database_failures += 1
+                stop.wait(outage_backoff(database_failures))
+                continue
+            broker.recovered()
+            database.recovered()
+            broker_failures = database_failures = 0
+            total += published
+            idle = IDLE_FIRST_SECONDS if published else min(idle * 2, idle_max)
+            stop.wait(idle)
+    finally:
+        publisher.close()
+        connections.close_all()
+    return total
