@@ -171,6 +171,25 @@ def build_task_message(message: ClaimedMessage) -> amqp.Message:
 _ORIGIN = f"outbox-relay@{socket.gethostname()}"
 
 
+def close_connection(conn, *, graceful: bool = True, timeout: float = 2.0) -> None:
+    """Close a kombu connection without ever blocking on a broker that stopped answering.
+
+    The AMQP close handshake waits for the broker's reply with no time limit, so it is bounded here, and skipped
+    (the socket is just closed) when the connection already failed.
+    """
+    try:
+        if graceful and conn.connected:
+            conn.connection.transport.sock.settimeout(timeout)
+            conn.release()
+            return
+    except (*BROKER_ERRORS, AttributeError):
+        logger.debug("graceful close of a broker connection failed", exc_info=True)
+    try:
+        conn.collect()
+    except (*BROKER_ERRORS, AttributeError):
+        logger.debug("error dropping a broker connection", exc_info=True)
+
+
 class Publisher:
     """One broker connection in confirm mode: publishes a batch, then waits once for all of its confirms.
 
@@ -206,11 +225,17 @@ class Publisher:
         if self._conn is not None:
             return
         # confirm_publish off: that option makes py-amqp wait for each message's confirm; we wait once per batch.
+        # Socket read/write timeouts bound the waits py-amqp does without one (channel open, declare, close).
+        socket_timeout = self.connect_timeout + self._confirm_timeout()
         conn = app.connection_for_write(
             url=self.url,
             connect_timeout=self.connect_timeout,
             heartbeat=0,
-            transport_options={"confirm_publish": False},
+            transport_options={
+                "confirm_publish": False,
+                "read_timeout": socket_timeout,
+                "write_timeout": socket_timeout,
+            },
         )
         try:
             conn.ensure_connection(max_retries=0)
@@ -219,23 +244,20 @@ class Publisher:
                 queue(channel).declare()
             channel.confirm_select()
         except BaseException:
-            conn.release()
+            close_connection(conn, graceful=False)
             raise
         channel.events["basic_ack"].add(self._on_ack)
         channel.events["basic_nack"].add(self._on_nack)
         channel.events["basic_return"].add(self._on_return)
         self._conn, self._channel, self._next_tag = conn, channel, 0
 
-    def close(self) -> None:
-        """Drop the connection; the next publish reconnects."""
+    def close(self, *, graceful: bool = True) -> None:
+        """Drop the connection; the next publish reconnects. After an error, drop it without the close handshake."""
         conn, self._conn, self._channel = self._conn, None, None
         self._unconfirmed.clear()
         self._returned.clear()
         if conn is not None:
-            try:
-                conn.release()
-            except BROKER_ERRORS:
-                logger.debug("error closing the relay's broker connection", exc_info=True)
+            close_connection(conn, graceful=graceful)
 
     def publish(self, messages: Sequence[ClaimedMessage]) -> PublishResult:
         """Publish every message with mandatory routing, then collect the confirms; never raises broker errors."""
@@ -275,7 +297,7 @@ class Publisher:
             for message_id, _ in built[sent:]:
                 result.failed.setdefault(message_id, reason)
             # The channel's delivery tags no longer match what we track; start over on a fresh connection.
-            self.close()
+            self.close(graceful=False)
         finally:
             self._unconfirmed.clear()
             self._returned.clear()
@@ -439,7 +461,7 @@ def drain(
         try:
             outcome = relay_batch(publisher, batch_size=batch_size)
         except BROKER_ERRORS as exc:
-            publisher.close()
+            publisher.close(graceful=False)
             raise BrokerUnavailable(exc, published=total) from exc
         total += outcome.published
         if outcome.broker_error is not None:

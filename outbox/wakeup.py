@@ -16,7 +16,7 @@ from django.conf import settings
 from kombu import Producer
 
 from config.celery import app
-from outbox.relay import BROKER_ERRORS, OutageLog
+from outbox.relay import BROKER_ERRORS, OutageLog, close_connection
 
 logger = logging.getLogger(__name__)
 
@@ -92,12 +92,15 @@ class RelayWaker:
 
     def _send(self) -> None:
         if self._producer is None:
-            conn = app.connection_for_write(url=self.url, connect_timeout=self.connect_timeout, heartbeat=0)
+            timeouts = {"read_timeout": SEND_TIMEOUT_SECONDS, "write_timeout": SEND_TIMEOUT_SECONDS}
+            conn = app.connection_for_write(
+                url=self.url, connect_timeout=self.connect_timeout, heartbeat=0, transport_options=timeouts
+            )
             try:
                 conn.ensure_connection(max_retries=0)
                 self._producer = Producer(conn.default_channel)
             except BaseException:
-                conn.release()
+                close_connection(conn, graceful=False)
                 raise
             self._conn = conn
         app.send_task(
@@ -113,10 +116,7 @@ class RelayWaker:
     def _drop_connection(self) -> None:
         conn, self._conn, self._producer = self._conn, None, None
         if conn is not None:
-            try:
-                conn.release()
-            except BROKER_ERRORS:
-                logger.debug("error closing the wake-up connection", exc_info=True)
+            close_connection(conn, graceful=False)
 
 
 waker = RelayWaker()
