@@ -139,6 +139,9 @@ class BrokerProxy:
     def down(self) -> None:
         listener, self._listener = self._listener, None
         if listener is not None:
+            # shutdown() wakes the thread blocked in accept(); close() alone would leave the port listening.
+            with contextlib.suppress(OSError):
+                listener.shutdown(socket.SHUT_RDWR)
             listener.close()
         with self._lock:
             sockets, self._sockets = self._sockets, set()
