@@ -21,6 +21,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -190,10 +191,19 @@ def close_connection(conn, *, graceful: bool = True, timeout: float = 2.0) -> No
         logger.debug("error dropping a broker connection", exc_info=True)
 
 
-class Publisher:
-    """One broker connection in confirm mode: publishes a batch, then waits once for all of its confirms.
+@dataclass
+class PendingBatch:
+    """A batch written to the channel whose confirms are still coming in; `result` fills as they arrive."""
 
-    Not thread-safe; each relay thread or process has its own.
+    result: PublishResult = field(default_factory=PublishResult)
+    unsettled: int = 0
+
+
+class Publisher:
+    """One broker connection in confirm mode: writes a batch without waiting, then waits once for its confirms.
+
+    ``send`` and ``wait`` are separate so a relay can write the next batch while the previous one's confirms arrive;
+    ``publish`` is both. Not thread-safe: each relay thread or process has its own.
     """
 
     def __init__(
@@ -211,10 +221,9 @@ class Publisher:
         self._conn = None
         self._channel = None
         self._next_tag = 0
-        self._unconfirmed: dict[int, str] = {}
+        # Delivery tag -> (message id, its batch), in tag order (dicts keep insertion order).
+        self._unconfirmed: dict[int, tuple[str, PendingBatch]] = {}
         self._returned: dict[str, str] = {}
-        self._confirmed: list[str] = []
-        self._failed: dict[str, str] = {}
 
     @property
     def connected(self) -> bool:
@@ -225,7 +234,7 @@ class Publisher:
         if self._conn is not None:
             return
         # confirm_publish off: that option makes py-amqp wait for each message's confirm; we wait once per batch.
-        # Socket read/write timeouts bound the waits py-amqp does without one (channel open, declare, close).
+        # Socket read/write timeouts bound the waits py-amqp does without one (channel open, declare, close, writes).
         socket_timeout = self.connect_timeout + self._confirm_timeout()
         conn = app.connection_for_write(
             url=self.url,
@@ -260,17 +269,18 @@ class Publisher:
             close_connection(conn, graceful=graceful)
 
     def publish(self, messages: Sequence[ClaimedMessage]) -> PublishResult:
-        """Publish every message with mandatory routing, then collect the confirms; never raises broker errors."""
-        result = PublishResult()
+        """Publish every message, then collect the confirms; never raises broker errors."""
+        return self.wait(self.send(messages))
+
+    def send(self, messages: Sequence[ClaimedMessage]) -> PendingBatch:
+        """Write every message to the channel (mandatory routing) without waiting for any confirm."""
+        batch = PendingBatch()
         built = []
         for message in messages:
             try:
                 built.append((message.id, build_task_message(message)))
             except (TypeError, ValueError) as exc:
-                result.failed[message.id] = f"cannot build the task message: {exc}"
-        if not built:
-            return result
-        self._confirmed, self._failed = result.confirmed, result.failed
+                batch.result.failed[message.id] = f"cannot build the task message: {exc}"
         sent = 0
         try:
             self.connect()
@@ -278,31 +288,43 @@ class Publisher:
             exchange, routing_key = queue.exchange.name, queue.routing_key
             for message_id, amqp_message in built:
                 self._next_tag += 1
-                self._unconfirmed[self._next_tag] = message_id
-                self._channel.basic_publish(
-                    amqp_message,
-                    exchange=exchange,
-                    routing_key=routing_key,
-                    # An unroutable message is returned (and then acked): without this it would vanish silently.
-                    mandatory=True,
-                    timeout=self._confirm_timeout(),
-                )
+                self._unconfirmed[self._next_tag] = (message_id, batch)
+                batch.unsettled += 1
                 sent += 1
-            self._wait_for_confirms()
-        except (*BROKER_ERRORS, ConfirmTimeout) as exc:
-            result.broker_error = exc
-            reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
-            for message_id in self._unconfirmed.values():
-                result.failed[message_id] = reason
+                # No per-call timeout: the socket's write timeout (see connect) bounds a write to a stalled broker.
+                # mandatory: an unroutable message is returned (then acked) instead of vanishing silently.
+                self._channel.basic_publish(amqp_message, exchange=exchange, routing_key=routing_key, mandatory=True)
+        except BROKER_ERRORS as exc:
+            self._fail_in_flight(exc)
             for message_id, _ in built[sent:]:
-                result.failed.setdefault(message_id, reason)
-            # The channel's delivery tags no longer match what we track; start over on a fresh connection.
-            self.close(graceful=False)
-        finally:
-            self._unconfirmed.clear()
-            self._returned.clear()
-            self._confirmed, self._failed = [], {}
-        return result
+                batch.result.failed[message_id] = _reason(exc)
+            batch.result.broker_error = exc
+        return batch
+
+    def wait(self, batch: PendingBatch) -> PublishResult:
+        """Collect confirms until every message of `batch` is acked or nacked, or the confirm timeout passes."""
+        timeout = self._confirm_timeout()
+        deadline = time.monotonic() + timeout
+        try:
+            while batch.unsettled > 0:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise ConfirmTimeout(f"no publisher confirm within {timeout:g} s")
+                try:
+                    self._conn.drain_events(timeout=remaining)
+                except TimeoutError:
+                    raise ConfirmTimeout(f"no publisher confirm within {timeout:g} s") from None
+        except (*BROKER_ERRORS, ConfirmTimeout) as exc:
+            self._fail_in_flight(exc)
+        return batch.result
+
+    def _fail_in_flight(self, exc: BaseException) -> None:
+        """Fail every unconfirmed message of every batch and drop the connection, whose tags no longer add up."""
+        for message_id, batch in self._unconfirmed.values():
+            batch.result.failed[message_id] = _reason(exc)
+            batch.result.broker_error = exc
+            batch.unsettled -= 1
+        self.close(graceful=False)
 
     def _queues_to_declare(self) -> list[Queue]:
         if self.queue is not None:
@@ -315,18 +337,6 @@ class Publisher:
 
     def _confirm_timeout(self) -> float:
         return self.confirm_timeout or settings.OUTBOX_CONFIRM_TIMEOUT_SECONDS
-
-    def _wait_for_confirms(self) -> None:
-        timeout = self._confirm_timeout()
-        deadline = time.monotonic() + timeout
-        while self._unconfirmed:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise ConfirmTimeout(f"no publisher confirm within {timeout:g} s")
-            try:
-                self._conn.drain_events(timeout=remaining)
-            except TimeoutError:
-                raise ConfirmTimeout(f"no publisher confirm within {timeout:g} s") from None
 
     def _on_ack(self, delivery_tag: int, multiple: bool) -> None:
         self._settle(delivery_tag, multiple, None)
@@ -343,7 +353,6 @@ class Publisher:
         if not multiple:
             self._settle_one(delivery_tag, error)
             return
-        # Tags are issued in increasing order and dicts keep insertion order: settle from the front.
         while self._unconfirmed:
             tag = next(iter(self._unconfirmed))
             if tag > delivery_tag:
@@ -351,14 +360,20 @@ class Publisher:
             self._settle_one(tag, error)
 
     def _settle_one(self, tag: int, error: str | None) -> None:
-        message_id = self._unconfirmed.pop(tag, None)
-        if message_id is None:
+        entry = self._unconfirmed.pop(tag, None)
+        if entry is None:
             return
+        message_id, batch = entry
+        batch.unsettled -= 1
         error = error or self._returned.pop(message_id, None)
         if error:
-            self._failed[message_id] = error
+            batch.result.failed[message_id] = error
         else:
-            self._confirmed.append(message_id)
+            batch.result.confirmed.append(message_id)
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 def mark_published(claim: Claim, ids: Sequence[str]) -> int:
@@ -422,15 +437,8 @@ def mark_failed(claim: Claim, failures: dict[str, str]) -> tuple[int, int]:
     return retrying, died
 
 
-def relay_batch(
-    publisher: Publisher, *, batch_size: int | None = None, lease_seconds: float | None = None
-) -> BatchOutcome:
-    """Claim, publish and mark one batch. Raises a broker error, having claimed nothing, when it cannot connect."""
-    publisher.connect()
-    claim = claim_due(limit=batch_size or settings.OUTBOX_BATCH_SIZE, lease_seconds=lease_seconds)
-    if not claim.messages:
-        return BatchOutcome()
-    result = publisher.publish(claim.messages)
+def record_outcome(claim: Claim, result: PublishResult) -> BatchOutcome:
+    """Mark a published batch: confirmed rows published in one UPDATE, failed ones retried later or dead."""
     published = mark_published(claim, result.confirmed)
     retrying, dead = mark_failed(claim, result.failed)
     return BatchOutcome(
@@ -440,6 +448,26 @@ def relay_batch(
         dead=dead,
         broker_error=result.broker_error,
     )
+
+
+def release_claim(claim: Claim) -> int:
+    """Give back claimed rows that were never sent: due again now, no attempt counted. Return rows released."""
+    if not claim.messages:
+        return 0
+    return TransactionLog.objects.filter(
+        id__in=[m.id for m in claim.messages], status=PENDING, next_attempt_at=claim.lease_until
+    ).update(next_attempt_at=timezone.now())
+
+
+def relay_batch(
+    publisher: Publisher, *, batch_size: int | None = None, lease_seconds: float | None = None
+) -> BatchOutcome:
+    """Claim, publish and mark one batch. Raises a broker error, having claimed nothing, when it cannot connect."""
+    publisher.connect()
+    claim = claim_due(limit=batch_size or settings.OUTBOX_BATCH_SIZE, lease_seconds=lease_seconds)
+    if not claim.messages:
+        return BatchOutcome()
+    return record_outcome(claim, publisher.publish(claim.messages))
 
 
 def drain(
@@ -452,23 +480,68 @@ def drain(
     """Relay batches until nothing is due, `should_stop()` or the time budget runs out; return how many published.
 
     A short batch means nothing else is due (rows other relays hold are skipped, not waited for), so this also ends
-    when several relays share the work. Raises BrokerUnavailable if the broker cannot be reached or fails mid-batch.
+    when several relays share the work. Raises BrokerUnavailable if the broker cannot be reached (nothing is claimed
+    then) or fails mid-batch (after recording the batch's failures).
     """
     batch_size = batch_size or settings.OUTBOX_BATCH_SIZE
     deadline = None if time_budget is None else time.monotonic() + time_budget
-    total = 0
-    while not should_stop():
-        try:
-            outcome = relay_batch(publisher, batch_size=batch_size)
-        except BROKER_ERRORS as exc:
-            publisher.close(graceful=False)
-            raise BrokerUnavailable(exc, published=total) from exc
-        total += outcome.published
+
+    def out_of_time() -> bool:
+        return should_stop() or (deadline is not None and time.monotonic() >= deadline)
+
+    try:
+        publisher.connect()
+    except BROKER_ERRORS as exc:
+        publisher.close(graceful=False)
+        raise BrokerUnavailable(exc, published=0) from exc
+    claim = claim_due(limit=batch_size)
+    if len(claim.messages) == batch_size and not out_of_time():
+        outcomes = _drain_backlog(publisher, claim, batch_size=batch_size, out_of_time=out_of_time)
+    elif claim.messages:
+        # The common case after a wake-up: a few rows, one batch, no helper thread.
+        outcomes = [record_outcome(claim, publisher.publish(claim.messages))]
+    else:
+        outcomes = []
+    published = sum(outcome.published for outcome in outcomes)
+    for outcome in outcomes:
         if outcome.broker_error is not None:
-            raise BrokerUnavailable(outcome.broker_error, published=total) from outcome.broker_error
-        if outcome.claimed < batch_size or (deadline is not None and time.monotonic() >= deadline):
-            break
-    return total
+            raise BrokerUnavailable(outcome.broker_error, published=published) from outcome.broker_error
+    return published
+
+
+def _drain_backlog(
+    publisher: Publisher, claim: Claim, *, batch_size: int, out_of_time: Callable[[], bool]
+) -> list[BatchOutcome]:
+    """Relay a backlog with the database and the broker busy at the same time.
+
+    A helper thread, with its own database connection, claims the next batch and marks the previous one while this
+    thread writes the current batch to the broker. The confirms of batch n are collected after batch n+1 is written,
+    so at most two batches are unconfirmed and the wait for confirms mostly finds them already in. Each step is still
+    the plain claim_due / Publisher / record_outcome above, in the same order for any one batch.
+    """
+    recorded: list[Future] = []
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="outbox-db") as database:
+        try:
+            written: tuple[Claim, PendingBatch] | None = None
+            next_claim: Future | None = None
+            while claim.messages:
+                if len(claim.messages) == batch_size and not out_of_time():
+                    next_claim = database.submit(claim_due, limit=batch_size)
+                pending = publisher.send(claim.messages)
+                if written is not None:
+                    recorded.append(database.submit(record_outcome, written[0], publisher.wait(written[1])))
+                written = (claim, pending)
+                if pending.result.broker_error is not None:
+                    break
+                claim = next_claim.result() if next_claim is not None else Claim([], claim.lease_until)
+                next_claim = None
+            if written is not None:
+                recorded.append(database.submit(record_outcome, written[0], publisher.wait(written[1])))
+            if next_claim is not None:
+                database.submit(release_claim, next_claim.result())
+            return [future.result() for future in recorded]
+        finally:
+            database.submit(connections.close_all)
 
 
 class OutageLog:

@@ -6,11 +6,13 @@ import threading
 import time
 
 import pytest
+from django.db import connections
+from django.test import override_settings
 
 from orders.services import order_create
 from outbox import wakeup
 from outbox.models import TransactionLog
-from outbox.relay import Publisher, run_relay_loop
+from outbox.relay import BrokerUnavailable, Publisher, claim_due, drain, release_claim, run_relay_loop
 from outbox.tests.conftest import BASE_DIR, PYTHON, closed_port_url, subprocess_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -97,3 +99,54 @@ def test_orders_are_accepted_quickly_while_the_broker_is_down(user, monkeypatch,
     assert down.sent == 0
     time.sleep(0.5)
     assert sum("unreachable" in r.getMessage() for r in caplog.records) == 1
+
+
+@override_settings(OUTBOX_BACKOFF_BASE_SECONDS=0.05, OUTBOX_BACKOFF_MAX_SECONDS=0.1)
+def test_broker_lost_in_the_middle_of_a_backlog_loses_nothing_and_drains_on_return(
+    make_rows, broker_proxy, credits_queue
+):
+    ids = make_rows(3000)
+    publisher = Publisher(url=broker_proxy.url, confirm_timeout=2.0)
+    failure = {}
+
+    def relay() -> None:
+        try:
+            drain(publisher, batch_size=50)
+        except BrokerUnavailable as exc:
+            failure["error"] = exc
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=relay)
+    thread.start()
+    try:
+        assert wait_until(lambda: credits_queue.count() >= 300, timeout=30)
+        broker_proxy.down()
+    finally:
+        thread.join(timeout=60)
+    assert "error" in failure, "the relay finished before the broker went away"
+    stranded = TransactionLog.objects.filter(status=TransactionLog.Status.PENDING)
+    assert stranded.exists()
+    # Rows in flight when the connection died were charged one attempt; nothing else was.
+    assert max(stranded.values_list("attempts", flat=True)) <= 1
+
+    broker_proxy.up()
+    time.sleep(0.2)  # past the (tiny) backoff of the rows that were in flight
+    try:
+        drain(publisher, batch_size=50)
+    finally:
+        publisher.close()
+    assert TransactionLog.objects.filter(status=TransactionLog.Status.PUBLISHED).count() == 3000
+    assert set(credits_queue.ids()) == set(ids)  # duplicates possible (unconfirmed in flight), losses not
+
+
+def test_release_claim_gives_rows_back_without_charging_an_attempt(make_rows):
+    ids = make_rows(3)
+    claim = claim_due(limit=10)
+    assert claim_due(limit=10).messages == []
+
+    assert release_claim(claim) == 3
+
+    again = claim_due(limit=10)
+    assert sorted(m.id for m in again.messages) == ids
+    assert {m.attempts for m in again.messages} == {0}
