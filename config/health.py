@@ -1,9 +1,11 @@
-"""The /healthz probe: 200 when the database and the broker answer, 503 naming what failed."""
+"""The /healthz probe: 200 when the database and the broker answer, 503 naming what failed; plus outbox backlog."""
 
 from django.conf import settings
 from django.db import connection
 from django.http import HttpRequest, JsonResponse
 from kombu import Connection
+
+from outbox.selectors import outbox_dead_count, outbox_lag_seconds
 
 BROKER_TIMEOUT_SECONDS = 2.0
 
@@ -31,4 +33,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
     checks = {"database": check_database(), "broker": check_broker()}
     failed = {name: error for name, error in checks.items() if error}
     body = {"status": "ok" if not failed else "unavailable", "checks": {n: e or "ok" for n, e in checks.items()}}
+    if not checks["database"]:
+        # Informational: a backlog is the relay's problem to report, not a reason to take this process out of service.
+        body["outbox"] = {"lag_seconds": round(outbox_lag_seconds(), 3), "dead": outbox_dead_count()}
     return JsonResponse(body, status=503 if failed else 200)

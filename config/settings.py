@@ -133,6 +133,27 @@ OUTBOX_RETENTION_DAYS = env_int("OUTBOX_RETENTION_DAYS", 7, minimum=1)
 OUTBOX_SWEEP_SECONDS = env_float("OUTBOX_SWEEP_SECONDS", 5.0, minimum=0.1)
 OUTBOX_BATCH_SIZE = env_int("OUTBOX_BATCH_SIZE", 500, minimum=1, maximum=10_000)
 OUTBOX_STUCK_SECONDS = env_int("OUTBOX_STUCK_SECONDS", 300, minimum=1)
+# A claimed row is hidden from other relays this long; a relay that dies holding it publishes it again after this.
+# Must exceed the confirm timeout plus the time to mark a batch.
+OUTBOX_LEASE_SECONDS = env_float("OUTBOX_LEASE_SECONDS", 60.0, minimum=1.0)
+OUTBOX_CONFIRM_TIMEOUT_SECONDS = env_float("OUTBOX_CONFIRM_TIMEOUT_SECONDS", 10.0, minimum=0.1)
+# Failed publishes wait base * 2^(attempts-1) seconds, capped, with jitter (see outbox.relay.retry_delay).
+OUTBOX_BACKOFF_BASE_SECONDS = env_float("OUTBOX_BACKOFF_BASE_SECONDS", 2.0, minimum=0.01)
+OUTBOX_BACKOFF_MAX_SECONDS = env_float("OUTBOX_BACKOFF_MAX_SECONDS", 600.0, minimum=0.01)
+# The dedicated relay loop polls at most this far apart when nothing is due.
+OUTBOX_IDLE_SECONDS = env_float("OUTBOX_IDLE_SECONDS", 1.0, minimum=0.01)
+# Wake-ups from one process closer together than this fold into one relay task (sent at the trailing edge).
+OUTBOX_WAKE_INTERVAL_SECONDS = env_float("OUTBOX_WAKE_INTERVAL_SECONDS", 0.01, minimum=0.0)
+OUTBOX_RETENTION_BATCH_SIZE = env_int("OUTBOX_RETENTION_BATCH_SIZE", 1000, minimum=1, maximum=50_000)
+CELERY_BEAT_SCHEDULE = {
+    # Safety net for lost wake-ups and for rows whose backoff has run out.
+    "outbox-sweep": {
+        "task": "outbox.sweep",
+        "schedule": OUTBOX_SWEEP_SECONDS,
+        "options": {"expires": OUTBOX_SWEEP_SECONDS},
+    },
+    "outbox-purge-published": {"task": "outbox.purge_published", "schedule": 3600.0, "options": {"expires": 3600.0}},
+}
 
 # Credits consumer.
 CREDITS_MAX_RETRIES = env_int("CREDITS_MAX_RETRIES", 3, minimum=0)

@@ -5,12 +5,14 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config.health import healthz
+from config.metrics import metrics
 from credits.apis import CreditsApi
 from orders.apis import OrderDetailApi, OrderListCreateApi, TransactionCheckApi
 
 urlpatterns = [
     path("admin/", admin.site.urls),
     path("healthz", healthz, name="healthz"),
+    path("metrics", metrics, name="metrics"),
     path("api/orders/", OrderListCreateApi.as_view(), name="order-list"),
     path("api/orders/<int:order_id>/", OrderDetailApi.as_view(), name="order-detail"),
     path("api/transactions/<str:transaction_id>/", TransactionCheckApi.as_view(), name="transaction-check"),

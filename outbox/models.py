@@ -38,6 +38,7 @@ class TransactionLog(models.Model):
             models.Index(fields=["status", "published_at"], name="transaction_log_retention_idx"),
             models.Index(fields=["created_at"], name="transaction_log_created_idx"),
         ]
+        permissions = [("manage_outbox", "Can retry and discard outbox messages")]
 
     def __str__(self) -> str:
         return f"{self.business}:{self.foreign_key} ({self.status})"

@@ -1,10 +1,25 @@
-"""Writes to the outbox: adding a message inside the caller's transaction, and waking the relay on commit."""
+"""Writes to the outbox: adding a message in the caller's transaction, waking the relay, and the operator's fixes."""
+
+from collections.abc import Iterable
+from datetime import datetime
 
 from django.db import transaction
+from django.utils import timezone
 
+from config.errors import ApplicationError
 from outbox.models import TransactionLog
 
 SCHEMA_VERSION = 1
+Status = TransactionLog.Status
+
+# States a person may send back to the relay: stuck or backing-off rows, given-up rows, and a discard undone.
+# Published rows are not among them: the broker has them, and a replay belongs to the consumer's dead letters.
+RETRYABLE = (Status.PENDING, Status.DEAD, Status.DISCARDED)
+DISCARDABLE = (Status.PENDING, Status.DEAD)
+
+
+class DiscardReasonRequired(ApplicationError):
+    status = 400
 
 
 def message_create(*, transaction_id: str, business: str, foreign_key: str, payload: dict) -> TransactionLog:
@@ -20,4 +35,57 @@ def message_create(*, transaction_id: str, business: str, foreign_key: str, payl
 
 
 def wake_relay() -> None:
-    """Ask a relay to publish what is due now; the one on-commit hook point of the outbox."""
+    """Ask a relay to publish what is due now; returns at once and never raises, even with the broker down."""
+    from outbox.wakeup import waker
+
+    waker.wake()
+
+
+def messages_retry_now(*, ids: Iterable[str]) -> int:
+    """Send the given pending, dead or discarded rows back to the relay, due now with a fresh attempt count.
+
+    One guarded UPDATE: rows published meanwhile are left alone. Return how many rows changed. A row a relay holds
+    right now may then go out twice; the consumer absorbs that.
+    """
+    ids = list(ids)
+    if not ids:
+        return 0
+    return TransactionLog.objects.filter(id__in=ids, status__in=RETRYABLE).update(
+        status=Status.PENDING, attempts=0, next_attempt_at=timezone.now(), discarded_reason="", discarded_by=""
+    )
+
+
+def messages_discard(*, ids: Iterable[str], reason: str, actor: str) -> int:
+    """Take the given pending or dead rows out of the relay for good, recording why and who. Return rows changed."""
+    reason = reason.strip()
+    if not reason:
+        raise DiscardReasonRequired("Discarding a message needs a reason.")
+    ids = list(ids)
+    if not ids:
+        return 0
+    return TransactionLog.objects.filter(id__in=ids, status__in=DISCARDABLE).update(
+        status=Status.DISCARDED, discarded_reason=reason, discarded_by=actor[:150]
+    )
+
+
+def messages_purge_published(*, older_than: datetime, batch_size: int, max_batches: int | None = None) -> int:
+    """Delete published rows published before `older_than`, `batch_size` rows per statement; return how many.
+
+    Each batch is its own short autocommit DELETE by primary key, so order inserts (which append at the other end
+    of the time-ordered primary key) never wait behind a long purge.
+    """
+    deleted = batches = 0
+    while max_batches is None or batches < max_batches:
+        ids = list(
+            TransactionLog.objects.filter(status=Status.PUBLISHED, published_at__lt=older_than)
+            .order_by("published_at")
+            .values_list("id", flat=True)[:batch_size]
+        )
+        if not ids:
+            break
+        count, _ = TransactionLog.objects.filter(id__in=ids, status=Status.PUBLISHED).delete()
+        deleted += count
+        batches += 1
+        if len(ids) < batch_size:
+            break
+    return deleted

@@ -1,0 +1,40 @@
+"""The Prometheus /metrics endpoint.
+
+Relay counters (published, failed, dead) are incremented in whichever process relays: Celery workers and
+``relay_outbox``. With PROMETHEUS_MULTIPROC_DIR set (one shared directory per host, wiped at deploy), every process
+writes its counters there and this view sums them, so one scrape covers the host. Without it the view reports
+this process's own counters only. The lag and dead gauges do not depend on that: they are read from the database
+at scrape time, so every replica reports the same, true value and nothing is lost when a relay restarts.
+"""
+
+import os
+
+from django.http import HttpRequest, HttpResponse
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.multiprocess import MultiProcessCollector
+
+from outbox.metrics import OutboxStateCollector
+
+
+class _ProcessCounters:
+    """This process's default registry, as one collector of a per-scrape registry."""
+
+    def collect(self):
+        return REGISTRY.collect()
+
+
+def build_registry(*, multiprocess_dir: str | None = None) -> CollectorRegistry:
+    """Return a registry holding the relay counters (summed across processes if a directory is given) and gauges."""
+    registry = CollectorRegistry(auto_describe=False)
+    if multiprocess_dir:
+        MultiProcessCollector(registry, path=multiprocess_dir)
+    else:
+        registry.register(_ProcessCounters())
+    registry.register(OutboxStateCollector())
+    return registry
+
+
+def metrics(request: HttpRequest) -> HttpResponse:
+    """Expose the outbox metrics in the Prometheus text format."""
+    registry = build_registry(multiprocess_dir=os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None)
+    return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

@@ -1,0 +1,67 @@
+"""Celery tasks of the outbox (queue ``outbox``): relay on wake-up, sweep on a beat, purge old published rows."""
+
+import logging
+import os
+from datetime import timedelta
+
+from celery import shared_task
+from django.conf import settings
+from django.utils import timezone
+
+from outbox.relay import BrokerUnavailable, OutageLog, Publisher, drain
+from outbox.services import messages_purge_published
+
+logger = logging.getLogger(__name__)
+
+# A relay task gives its worker process back after this long; what is still due goes to the next wake-up or sweep.
+RELAY_TIME_BUDGET_SECONDS = 30.0
+# Retention stops after this many batches per run so one run never holds a worker for long; the next run goes on.
+PURGE_MAX_BATCHES = 1000
+
+_publisher: Publisher | None = None
+_publisher_pid: int | None = None
+_outage = OutageLog("broker (relay task)", log=logger)
+
+
+def _process_publisher() -> Publisher:
+    """Return this worker process's publisher: one confirm-mode connection kept open across tasks."""
+    global _publisher, _publisher_pid
+    if _publisher is None or _publisher_pid != os.getpid():
+        _publisher, _publisher_pid = Publisher(), os.getpid()
+    return _publisher
+
+
+def _relay() -> int:
+    try:
+        published = drain(_process_publisher(), time_budget=RELAY_TIME_BUDGET_SECONDS)
+    except BrokerUnavailable as exc:
+        # No retry from here: the next wake-up or sweep tries again, and the outage is logged once, not per task.
+        _outage.failed(exc)
+        return exc.published
+    _outage.recovered()
+    return published
+
+
+@shared_task(name="outbox.relay", ignore_result=True)
+def relay() -> int:
+    """Publish what is due now; sent on commit of each order (coalesced)."""
+    return _relay()
+
+
+@shared_task(name="outbox.sweep", ignore_result=True)
+def sweep() -> int:
+    """Publish what is due now; run by beat every OUTBOX_SWEEP_SECONDS as the safety net for lost wake-ups."""
+    return _relay()
+
+
+@shared_task(name="outbox.purge_published", ignore_result=True)
+def purge_published() -> int:
+    """Delete rows published more than OUTBOX_RETENTION_DAYS ago, in small batches."""
+    deleted = messages_purge_published(
+        older_than=timezone.now() - timedelta(days=settings.OUTBOX_RETENTION_DAYS),
+        batch_size=settings.OUTBOX_RETENTION_BATCH_SIZE,
+        max_batches=PURGE_MAX_BATCHES,
+    )
+    if deleted:
+        logger.info("outbox: purged %d published rows older than %d days", deleted, settings.OUTBOX_RETENTION_DAYS)
+    return deleted

@@ -1,0 +1,152 @@
+"""Broker outage: the relay claims nothing, warns once, backs off, and drains by itself when the broker returns."""
+
+import logging
+import subprocess
+import threading
+import time
+
+import pytest
+from django.db import connections
+from django.test import override_settings
+
+from orders.services import order_create
+from outbox import wakeup
+from outbox.models import TransactionLog
+from outbox.relay import BrokerUnavailable, Publisher, claim_due, drain, release_claim, run_relay_loop
+from outbox.tests.conftest import BASE_DIR, PYTHON, closed_port_url, subprocess_env
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def wait_until(condition, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def test_relay_loop_backs_off_during_an_outage_and_drains_when_the_broker_returns(
+    make_rows, broker_proxy, credits_queue, caplog
+):
+    broker_proxy.down()
+    ids = make_rows(300)
+    before = {row.id: row.next_attempt_at for row in TransactionLog.objects.all()}
+    stop = threading.Event()
+    result = {}
+    loop = threading.Thread(
+        target=lambda: result.update(
+            published=run_relay_loop(stop=stop, publisher=Publisher(url=broker_proxy.url, connect_timeout=0.5))
+        )
+    )
+    caplog.set_level(logging.WARNING, logger="outbox.relay")
+    loop.start()
+    try:
+        time.sleep(2.0)
+        # Nothing was claimed or charged an attempt while the broker was away.
+        rows = list(TransactionLog.objects.all())
+        assert {(row.status, row.attempts) for row in rows} == {(TransactionLog.Status.PENDING, 0)}
+        assert {row.id: row.next_attempt_at for row in rows} == before
+        outage_warnings = [r for r in caplog.records if "unreachable" in r.getMessage()]
+        assert len(outage_warnings) == 1, [r.getMessage() for r in caplog.records]
+
+        broker_proxy.up()
+        assert wait_until(lambda: credits_queue.count() == 300, timeout=30)
+        assert wait_until(
+            lambda: TransactionLog.objects.filter(status=TransactionLog.Status.PUBLISHED).count() == 300, timeout=10
+        )
+    finally:
+        stop.set()
+        loop.join(timeout=30)
+    assert not loop.is_alive()
+    assert result["published"] == 300
+    assert sorted(credits_queue.ids()) == ids
+    assert any("reachable again" in r.getMessage() for r in caplog.records)
+
+
+def test_relay_once_with_the_broker_down_fails_loudly_and_leaves_the_rows_due(make_rows):
+    make_rows(3)
+    proc = subprocess.run(
+        [PYTHON, "manage.py", "relay_outbox", "--once"],
+        cwd=BASE_DIR,
+        env=subprocess_env(CELERY_BROKER_URL=closed_port_url()),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 1
+    assert "broker unavailable after publishing 0" in proc.stderr
+    assert set(TransactionLog.objects.values_list("status", "attempts")) == {(TransactionLog.Status.PENDING, 0)}
+
+
+def test_orders_are_accepted_quickly_while_the_broker_is_down(user, monkeypatch, caplog):
+    down = wakeup.RelayWaker(url=closed_port_url())
+    monkeypatch.setattr(wakeup, "waker", down)
+    caplog.set_level(logging.WARNING, logger="outbox.wakeup")
+
+    timings = []
+    for n in range(20):
+        started = time.perf_counter()
+        placement = order_create(user=user, goods_name=f"thing {n}", total=2)
+        timings.append(time.perf_counter() - started)
+        assert placement.created
+
+    assert TransactionLog.objects.filter(status=TransactionLog.Status.PENDING).count() == 20
+    # The wake-up costs the request nothing: no broker round trip, no retry loop in the request thread.
+    assert sorted(timings)[len(timings) // 2] < 0.05, timings
+    assert wait_until(lambda: any("unreachable" in r.getMessage() for r in caplog.records), timeout=5)
+    assert down.sent == 0
+    time.sleep(0.5)
+    assert sum("unreachable" in r.getMessage() for r in caplog.records) == 1
+
+
+@override_settings(OUTBOX_BACKOFF_BASE_SECONDS=0.05, OUTBOX_BACKOFF_MAX_SECONDS=0.1)
+def test_broker_lost_in_the_middle_of_a_backlog_loses_nothing_and_drains_on_return(
+    make_rows, broker_proxy, credits_queue
+):
+    ids = make_rows(3000)
+    publisher = Publisher(url=broker_proxy.url, confirm_timeout=2.0)
+    failure = {}
+
+    def relay() -> None:
+        try:
+            drain(publisher, batch_size=50)
+        except BrokerUnavailable as exc:
+            failure["error"] = exc
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=relay)
+    thread.start()
+    try:
+        assert wait_until(lambda: credits_queue.count() >= 300, timeout=30)
+        broker_proxy.down()
+    finally:
+        thread.join(timeout=60)
+    assert "error" in failure, "the relay finished before the broker went away"
+    stranded = TransactionLog.objects.filter(status=TransactionLog.Status.PENDING)
+    assert stranded.exists()
+    # Rows in flight when the connection died were charged one attempt; nothing else was.
+    assert max(stranded.values_list("attempts", flat=True)) <= 1
+
+    broker_proxy.up()
+    time.sleep(0.2)  # past the (tiny) backoff of the rows that were in flight
+    try:
+        drain(publisher, batch_size=50)
+    finally:
+        publisher.close()
+    assert TransactionLog.objects.filter(status=TransactionLog.Status.PUBLISHED).count() == 3000
+    assert set(credits_queue.ids()) == set(ids)  # duplicates possible (unconfirmed in flight), losses not
+
+
+def test_release_claim_gives_rows_back_without_charging_an_attempt(make_rows):
+    ids = make_rows(3)
+    claim = claim_due(limit=10)
+    assert claim_due(limit=10).messages == []
+
+    assert release_claim(claim) == 3
+
+    again = claim_due(limit=10)
+    assert sorted(m.id for m in again.messages) == ids
+    assert {m.attempts for m in again.messages} == {0}

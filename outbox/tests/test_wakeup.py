@@ -1,0 +1,147 @@
+"""Wake-ups on commit: one per burst, none for a rollback, and a real worker that relays when woken."""
+
+import json
+import subprocess
+import time
+
+import pytest
+from django.db import transaction
+
+from orders.services import order_create
+from outbox import wakeup
+from outbox.ids import new_transaction_id
+from outbox.relay import Publisher, drain
+from outbox.services import message_create
+from outbox.tests.conftest import BASE_DIR, PYTHON, subprocess_env
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def waker(monkeypatch):
+    """A fresh waker in place of the process-wide one, so its send count belongs to this test."""
+    fresh = wakeup.RelayWaker()
+    monkeypatch.setattr(wakeup, "waker", fresh)
+    return fresh
+
+
+def settle(waker: wakeup.RelayWaker, quiet: float = 0.5, timeout: float = 10.0) -> int:
+    """Wait until the waker has sent nothing new for `quiet` seconds; return its send count."""
+    deadline = time.monotonic() + timeout
+    last, since = waker.sent, time.monotonic()
+    while time.monotonic() - since < quiet and time.monotonic() < deadline:
+        time.sleep(0.02)
+        if waker.sent != last:
+            last, since = waker.sent, time.monotonic()
+    return last
+
+
+def test_a_committed_order_sends_one_relay_task(user, waker, outbox_queue):
+    order_create(user=user, goods_name="tea", total=1)
+
+    assert settle(waker) == 1
+    (message,) = outbox_queue.get_all()
+    headers = message.properties["application_headers"]
+    assert headers["task"] == "outbox.relay"
+    assert headers["expires"] is not None  # a wake-up stuck behind dead workers expires instead of piling up
+
+
+def test_a_rolled_back_order_never_wakes_the_relay(user, waker, outbox_queue):
+    order_create(user=user, goods_name="tea", total=1, idempotency_key="k1")
+    assert settle(waker) == 1
+    outbox_queue.purge()
+
+    # Same key again: the second transaction inserts an order and its log row, then rolls back on the key.
+    replay = order_create(user=user, goods_name="tea", total=1, idempotency_key="k1")
+    assert not replay.created
+    with pytest.raises(RuntimeError), transaction.atomic():
+        tx = new_transaction_id()
+        message_create(transaction_id=tx, business="order", foreign_key="999", payload={"order_id": 999})
+        raise RuntimeError("roll back")
+
+    time.sleep(0.5)
+    assert settle(waker) == 1
+    assert outbox_queue.count() == 0
+
+
+def test_a_burst_of_wakeups_becomes_a_few_tasks_and_the_last_one_follows_the_last_wakeup(outbox_queue):
+    burst = wakeup.RelayWaker(interval=0.05)
+    for _ in range(1000):
+        burst.wake()
+    assert 1 <= settle(burst) <= 3
+
+    # Wake-ups spread over half a second: about one task per interval, and one more after the final wake-up.
+    started = time.monotonic()
+    while time.monotonic() - started < 0.5:
+        burst.wake()
+        sent_at_last_wake = burst.sent
+        time.sleep(0.001)
+    total = settle(burst)
+    assert total > sent_at_last_wake
+    assert total <= 3 + 0.5 / 0.05 + 3
+    assert outbox_queue.count() == total
+
+
+@pytest.mark.slow
+def test_a_real_worker_woken_on_commit_relays_the_order_without_any_sweeper(user, waker, outbox_queue, credits_queue):
+    worker = subprocess.Popen(
+        [PYTHON, "-m", "celery", "-A", "config", "worker", "-Q", "outbox", "-P", "solo", "--without-mingle",
+         "--without-gossip", "--without-heartbeat", "-l", "info"],
+        cwd=BASE_DIR,
+        env=subprocess_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        for line in worker.stderr:
+            if "ready." in line:
+                break
+        placement = order_create(user=user, goods_name="tea", total=2)
+        assert credits_queue.wait_for(1, timeout=15) == 1
+        (message,) = credits_queue.get_all()
+        assert message.properties["message_id"] == placement.order.transaction_id
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+        worker.stderr.close()
+
+
+@pytest.mark.slow
+def test_a_real_celery_worker_runs_award_credits_from_the_relayed_message(make_rows, credits_queue, tmp_path):
+    ids = make_rows(3)
+    publisher = Publisher()
+    try:
+        assert drain(publisher) == 3
+    finally:
+        publisher.close()
+    out = tmp_path / "received.jsonl"
+    worker = subprocess.Popen(
+        [PYTHON, "-m", "celery", "-A", "outbox.tests.probe_worker", "worker", "-Q", "credits", "-P", "solo",
+         "--without-mingle", "--without-gossip", "--without-heartbeat", "-l", "warning"],
+        cwd=BASE_DIR,
+        env=subprocess_env(PROBE_OUT=str(out)),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 3):
+            time.sleep(0.1)
+    finally:
+        worker.terminate()
+        try:
+            worker.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+    received = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["task_id"] for r in received) == ids
+    from outbox.models import TransactionLog
+
+    for r in received:
+        assert r["message"] == TransactionLog.objects.get(id=r["task_id"]).payload

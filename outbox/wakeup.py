@@ -1,0 +1,122 @@
+"""Wake-ups: after an order commits, tell a relay through an ``outbox.relay`` task that rows are waiting.
+
+The hook runs in the request thread, so there it only sets a flag. One background thread per process sends the task.
+Wake-ups that arrive while a send is in flight, or within OUTBOX_WAKE_INTERVAL_SECONDS of the previous send, fold
+into one trailing send: a burst of orders becomes a few tasks, and every commit is still followed by a task sent
+after it, so no row waits for the sweeper while the broker is up. While the broker is down the thread backs off
+between attempts and wake-ups are dropped; the beat sweeper relays what they would have.
+"""
+
+import logging
+import os
+import threading
+import time
+
+from django.conf import settings
+from kombu import Producer
+
+from config.celery import app
+from outbox.relay import BROKER_ERRORS, OutageLog, close_connection
+
+logger = logging.getLogger(__name__)
+
+RELAY_TASK = "outbox.relay"
+# A wake-up that waited this long in the queue (workers down) is worthless: the sweeper has run since.
+WAKE_EXPIRES_SECONDS = 60
+SEND_TIMEOUT_SECONDS = 2.0
+FAILURE_BACKOFF_FIRST, FAILURE_BACKOFF_MAX = 1.0, 30.0
+
+
+class RelayWaker:
+    """Coalescing sender of relay wake-up tasks, safe to call from any thread of any process."""
+
+    def __init__(self, *, url: str | None = None, interval: float | None = None, connect_timeout: float = 1.0):
+        self.url = url
+        self.interval = interval
+        self.connect_timeout = connect_timeout
+        self.sent = 0
+        self._event = threading.Event()
+        self._start_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._pid: int | None = None
+        self._conn = None
+        self._producer: Producer | None = None
+        self._outage = OutageLog("broker (relay wake-ups)", log=logger)
+        self._failures = 0
+
+    def wake(self) -> None:
+        """Ask for a relay task soon; returns at once and never raises."""
+        try:
+            if self._pid != os.getpid() or self._thread is None or not self._thread.is_alive():
+                self._start()
+            self._event.set()
+        except Exception:  # the order already committed; a lost wake-up only delays its message to the sweeper
+            logger.exception("could not schedule a relay wake-up")
+
+    def _start(self) -> None:
+        with self._start_lock:
+            if self._pid == os.getpid() and self._thread is not None and self._thread.is_alive():
+                return
+            if self._pid != os.getpid():
+                # Forked: the parent's socket is not ours to use or close.
+                self._conn = self._producer = None
+                self._event = threading.Event()
+            self._pid = os.getpid()
+            self._thread = threading.Thread(target=self._run, name="outbox-wakeup", daemon=True)
+            self._thread.start()
+
+    def _run(self) -> None:
+        last_sent = 0.0
+        while True:
+            self._event.wait()
+            interval = settings.OUTBOX_WAKE_INTERVAL_SECONDS if self.interval is None else self.interval
+            wait = last_sent + interval - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+            # Cleared before sending: a wake-up during the send sets it again and gets its own, later, send.
+            self._event.clear()
+            last_sent = time.monotonic()
+            try:
+                self._send()
+            except BROKER_ERRORS as exc:
+                self._drop_connection()
+                self._outage.failed(exc)
+                self._failures += 1
+                time.sleep(min(FAILURE_BACKOFF_MAX, FAILURE_BACKOFF_FIRST * 2 ** min(self._failures - 1, 10)))
+            except Exception:
+                self._drop_connection()
+                logger.exception("relay wake-up failed")
+            else:
+                self._failures = 0
+                self._outage.recovered()
+
+    def _send(self) -> None:
+        if self._producer is None:
+            timeouts = {"read_timeout": SEND_TIMEOUT_SECONDS, "write_timeout": SEND_TIMEOUT_SECONDS}
+            conn = app.connection_for_write(
+                url=self.url, connect_timeout=self.connect_timeout, heartbeat=0, transport_options=timeouts
+            )
+            try:
+                conn.ensure_connection(max_retries=0)
+                self._producer = Producer(conn.default_channel)
+            except BaseException:
+                close_connection(conn, graceful=False)
+                raise
+            self._conn = conn
+        app.send_task(
+            RELAY_TASK,
+            producer=self._producer,
+            retry=False,
+            expires=WAKE_EXPIRES_SECONDS,
+            timeout=SEND_TIMEOUT_SECONDS,
+            confirm_timeout=SEND_TIMEOUT_SECONDS,
+        )
+        self.sent += 1
+
+    def _drop_connection(self) -> None:
+        conn, self._conn, self._producer = self._conn, None, None
+        if conn is not None:
+            close_connection(conn, graceful=False)
+
+
+waker = RelayWaker()
