@@ -5,7 +5,7 @@ Every Celery setting lives here, each with the reason for it, so the delivery se
 
 import os
 
-from celery import Celery
+from celery import Celery, bootsteps
 from kombu import Exchange, Queue
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -61,3 +61,19 @@ app.conf.update(
     enable_utc=True,
 )
 app.autodiscover_tasks()
+
+
+class DeclareCreditsDeadLetterQueue(bootsteps.StartStopStep):
+    """Declare credits.dlx and credits.dead on each broker connection of a worker, before it runs any task.
+
+    A worker consuming only `credits` declares only that queue, and RabbitMQ silently drops a message dead-lettered
+    to an exchange that does not exist.
+    """
+
+    requires = {"celery.worker.consumer.connection:Connection"}
+
+    def start(self, c):
+        c.app.amqp.queues[CREDITS_DEAD_QUEUE].bind(c.connection.default_channel).declare()
+
+
+app.steps["consumer"].add(DeclareCreditsDeadLetterQueue)

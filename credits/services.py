@@ -1,0 +1,223 @@
+"""Writes for credits: awarding an order's credits exactly once in effect, and resolving dead-lettered messages.
+
+How the balance stays right under concurrency, and why awards for one user cannot deadlock
+------------------------------------------------------------------------------------------
+An award is one short transaction taking exactly two exclusive row locks, always in this order:
+
+1. the order_credits UNIQUE(order_id) entry, by inserting the credit row;
+2. the user's credit_balances row, by ``UPDATE ... SET balance = balance + %s`` (a relative update computed by the
+   server under the row lock, so no award can overwrite another's: no lost updates, no read-modify-write).
+
+Two awards for different orders of one user hold different (1) entries and queue on the same (2): no cycle.
+Two deliveries of one order queue on (1); the second fails on the duplicate key once the first commits, holding
+nothing the first needs: no cycle. A duplicate therefore rolls back and leaves the balance untouched, and the
+UNIQUE index, not memory, is what decides that the message was already applied.
+
+The balance row is never *inserted* inside an award transaction. Concurrent ``INSERT ... ON DUPLICATE KEY UPDATE``
+(or INSERT IGNORE, then UPDATE) of the same new key deadlocks in InnoDB: each waiter takes a shared lock on the
+duplicate and then needs an exclusive one, and two such waiters block each other. So a missing row is created by
+``credit_balance_ensure`` in its own autocommit statement, whose locks end with the statement, and the award is
+then run again. Rows are never deleted, so this happens once per user.
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Case, F, Value, When
+from django.utils import timezone
+
+from config.errors import ApplicationError
+from credits.errors import AwardMismatch, OrderNotVisible
+from credits.messages import TRANSACTION_ID, award_message_parse
+from credits.models import CreditBalance, DeadLetter, OrderCredit
+from credits.retry import failure_classify
+from orders.models import Order
+
+CREDITS_PER_UNIT = 2
+ERROR_TEXT_MAX = 4000
+MESSAGE_ID_MAX = 255
+
+
+@dataclass(frozen=True)
+class CreditAward:
+    order_id: int
+    amount: int
+    created: bool
+
+
+def credit_balance_ensure(*, user_id: int) -> None:
+    """Create the user's zero balance row if it is missing, in a statement of its own (see the module docstring)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {CreditBalance._meta.db_table} (user_id, balance, updated_at)"  # noqa: S608 (table name)
+            " VALUES (%s, 0, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE user_id = user_id",
+            [user_id],
+        )
+
+
+def _credit_insert(*, transaction_id: str, order_id: int, user_id: int, amount: int) -> bool:
+    """Insert the credit and add it to the balance in one transaction; write nothing if the balance row is missing."""
+    with transaction.atomic():
+        OrderCredit.objects.create(order_id=order_id, user_id=user_id, total=amount, transaction_id=transaction_id)
+        updated = CreditBalance.objects.filter(user_id=user_id).update(
+            balance=F("balance") + amount, updated_at=timezone.now()
+        )
+        if updated != 1:
+            transaction.set_rollback(True)
+    return updated == 1
+
+
+def credit_award(*, transaction_id: str, order_id: int, user_id: int, total: int) -> CreditAward:
+    """Award 2 x total credits for the order once; any later award for the same order changes nothing.
+
+    Raises OrderNotVisible when the order cannot be read (yet) and AwardMismatch when the user or total disagree
+    with the order. Inside a caller's transaction, call credit_balance_ensure for the user beforehand.
+    """
+    order = Order.objects.filter(pk=order_id).values("user_id", "total").first()
+    if order is None:
+        raise OrderNotVisible(f"order {order_id} does not exist or is not visible yet")
+    if order["user_id"] != user_id or order["total"] != total:
+        raise AwardMismatch(
+            f"message says user {user_id} total {total}, order {order_id} has user {order['user_id']}"
+            f" total {order['total']}"
+        )
+    amount = CREDITS_PER_UNIT * total
+    fields = {"transaction_id": transaction_id, "order_id": order_id, "user_id": user_id, "amount": amount}
+    try:
+        inserted = _credit_insert(**fields)
+        if not inserted:
+            credit_balance_ensure(user_id=user_id)
+            inserted = _credit_insert(**fields)
+    except IntegrityError:
+        if OrderCredit.objects.filter(order_id=order_id).exists():
+            return CreditAward(order_id=order_id, amount=amount, created=False)
+        raise
+    if not inserted:
+        raise RuntimeError(f"the credit balance row of user {user_id} is missing right after it was created")
+    return CreditAward(order_id=order_id, amount=amount, created=True)
+
+
+def _payload_ids(payload: Any) -> tuple[str, int | None]:
+    """Return the transaction id and order id a payload carries, as far as they can be read."""
+    if not isinstance(payload, dict):
+        return "", None
+    transaction_id = payload.get("transaction_id")
+    order_id = payload.get("order_id")
+    return (
+        transaction_id if isinstance(transaction_id, str) and TRANSACTION_ID.fullmatch(transaction_id) else "",
+        order_id if type(order_id) is int and 0 < order_id < 2**63 else None,
+    )
+
+
+def dead_letter_record(
+    *,
+    message_id: str,
+    payload: Any,
+    reason: str,
+    error: str,
+    attempts: int,
+    first_failed_at,
+    last_failed_at,
+) -> None:
+    """Record a message that failed for good; one row per message, reopened if the same message fails again.
+
+    A row an operator discarded stays discarded: that decision covers every copy of the message.
+    Call it outside a transaction; two workers recording the same message at once end with one row.
+    """
+    message_id = message_id[:MESSAGE_ID_MAX]
+    error = error[:ERROR_TEXT_MAX]
+    again = {
+        "reason": reason,
+        "error": error,
+        "last_failed_at": last_failed_at,
+        "attempts": F("attempts") + attempts,
+        "status": Case(
+            When(status=DeadLetter.Status.DISCARDED, then=Value(DeadLetter.Status.DISCARDED)),
+            default=Value(DeadLetter.Status.OPEN),
+        ),
+    }
+    if DeadLetter.objects.filter(message_id=message_id).update(**again):
+        return
+    transaction_id, order_id = _payload_ids(payload)
+    try:
+        with transaction.atomic():
+            DeadLetter.objects.create(
+                message_id=message_id,
+                transaction_id=transaction_id,
+                order_id=order_id,
+                payload=payload,
+                reason=reason,
+                error=error,
+                attempts=attempts,
+                first_failed_at=first_failed_at,
+                last_failed_at=last_failed_at,
+            )
+    except IntegrityError:
+        DeadLetter.objects.filter(message_id=message_id).update(**again)
+
+
+class ReplayOutcome:
+    AWARDED = "awarded"
+    ALREADY_AWARDED = "already_awarded"
+    NOT_OPEN = "not_open"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Replay:
+    dead_letter_id: int
+    outcome: str
+    error: str = ""
+
+
+def dead_letter_replay(*, dead_letter_id: int, by: str) -> Replay:
+    """Apply an open dead letter's message through the same award path and mark it replayed by whom and when.
+
+    Replaying twice awards once: the row lock and the status guard let one replay through, and credit_award turns
+    any repeat into a no-op. A replay that fails again leaves the row open with the new error and one more attempt.
+    """
+    letter = DeadLetter.objects.filter(pk=dead_letter_id, status=DeadLetter.Status.OPEN).first()
+    if letter is None:
+        return Replay(dead_letter_id=dead_letter_id, outcome=ReplayOutcome.NOT_OPEN)
+    try:
+        message = award_message_parse(letter.payload)
+        if Order.objects.filter(pk=message.order_id, user_id=message.user_id).exists():
+            credit_balance_ensure(user_id=message.user_id)
+        with transaction.atomic(durable=True):
+            locked = DeadLetter.objects.select_for_update().filter(pk=dead_letter_id, status=DeadLetter.Status.OPEN)
+            if not locked.exists():
+                return Replay(dead_letter_id=dead_letter_id, outcome=ReplayOutcome.NOT_OPEN)
+            award = credit_award(
+                transaction_id=message.transaction_id,
+                order_id=message.order_id,
+                user_id=message.user_id,
+                total=message.total,
+            )
+            locked.update(status=DeadLetter.Status.REPLAYED, replayed_at=timezone.now(), replayed_by=by)
+    except Exception as exc:  # every failure is reported on the row and to the operator, none is raised
+        failure = failure_classify(exc)
+        DeadLetter.objects.filter(pk=dead_letter_id, status=DeadLetter.Status.OPEN).update(
+            reason=failure.reason,
+            error=failure.error[:ERROR_TEXT_MAX],
+            attempts=F("attempts") + 1,
+            last_failed_at=timezone.now(),
+        )
+        return Replay(dead_letter_id=dead_letter_id, outcome=ReplayOutcome.FAILED, error=failure.error)
+    outcome = ReplayOutcome.AWARDED if award.created else ReplayOutcome.ALREADY_AWARDED
+    return Replay(dead_letter_id=dead_letter_id, outcome=outcome)
+
+
+class DiscardReasonRequired(ApplicationError):
+    status = 400
+
+
+def dead_letters_discard(*, dead_letter_ids: Iterable[int], by: str, reason: str) -> int:
+    """Mark the open dead letters among these discarded, with who, when and why; return how many changed."""
+    reason = reason.strip()
+    if not reason:
+        raise DiscardReasonRequired("A reason is required to discard a dead letter.")
+    return DeadLetter.objects.filter(pk__in=list(dead_letter_ids), status=DeadLetter.Status.OPEN).update(
+        status=DeadLetter.Status.DISCARDED, discarded_at=timezone.now(), discarded_by=by, discarded_reason=reason
+    )
