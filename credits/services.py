@@ -4,20 +4,21 @@ How the balance stays right under concurrency, and why awards for one user canno
 ------------------------------------------------------------------------------------------
 An award is one short transaction taking exactly two exclusive row locks, always in this order:
 
-1. the order_credits UNIQUE(order_id) entry, by inserting the credit row;
-2. the user's credit_balances row, by ``UPDATE ... SET balance = balance + %s`` (a relative update computed by the
-   server under the row lock, so no award can overwrite another's: no lost updates, no read-modify-write).
+1. the user's credit_balances row, by ``UPDATE ... SET balance = balance + %s``: a relative update computed by the
+   server under the row lock, so no award overwrites another's (no lost updates, no read-modify-write);
+2. the order_credits UNIQUE(order_id) entry, by inserting the credit row. A duplicate fails here on the unique key
+   and the whole transaction, balance change included, rolls back: the database, not memory, decides duplicates.
 
-Two awards for different orders of one user hold different (1) entries and queue on the same (2): no cycle.
-Two deliveries of one order queue on (1); the second fails on the duplicate key once the first commits, holding
-nothing the first needs: no cycle. A duplicate therefore rolls back and leaves the balance untouched, and the
-UNIQUE index, not memory, is what decides that the message was already applied.
+Every award for one user queues on lock (1) before it touches order_credits, and an order belongs to one user, so
+at most one transaction at a time inserts (or rolls back) a given order's entry: no cycle is possible. The opposite
+order deadlocks: when an insert that others wait on is rolled back, the waiters each hold a shared lock on the key
+and each need an exclusive one (InnoDB's classic duplicate-key deadlock, which test_concurrency hits in that order).
 
-The balance row is never *inserted* inside an award transaction. Concurrent ``INSERT ... ON DUPLICATE KEY UPDATE``
-(or INSERT IGNORE, then UPDATE) of the same new key deadlocks in InnoDB: each waiter takes a shared lock on the
-duplicate and then needs an exclusive one, and two such waiters block each other. So a missing row is created by
-``credit_balance_ensure`` in its own autocommit statement, whose locks end with the statement, and the award is
-then run again. Rows are never deleted, so this happens once per user.
+The balance row is never *inserted* inside an award transaction, for the same reason: concurrent
+``INSERT ... ON DUPLICATE KEY UPDATE`` of one new key inside longer transactions deadlocks the same way. An UPDATE
+that finds no row locks nothing (READ COMMITTED takes no gap locks), so the award then creates the row with
+``credit_balance_ensure`` in its own autocommit statement, whose locks end with the statement, and runs again.
+Rows are never deleted, so this happens once per user.
 """
 
 from collections.abc import Iterable
@@ -58,15 +59,15 @@ def credit_balance_ensure(*, user_id: int) -> None:
 
 
 def _credit_insert(*, transaction_id: str, order_id: int, user_id: int, amount: int) -> bool:
-    """Insert the credit and add it to the balance in one transaction; write nothing if the balance row is missing."""
+    """Add the credit to the balance and insert its row in one transaction; write nothing without a balance row."""
     with transaction.atomic():
-        OrderCredit.objects.create(order_id=order_id, user_id=user_id, total=amount, transaction_id=transaction_id)
         updated = CreditBalance.objects.filter(user_id=user_id).update(
             balance=F("balance") + amount, updated_at=timezone.now()
         )
-        if updated != 1:
-            transaction.set_rollback(True)
-    return updated == 1
+        if not updated:
+            return False
+        OrderCredit.objects.create(order_id=order_id, user_id=user_id, total=amount, transaction_id=transaction_id)
+    return True
 
 
 def credit_award(*, transaction_id: str, order_id: int, user_id: int, total: int) -> CreditAward:
