@@ -83,6 +83,8 @@ class DatabaseFaults:
     """A trigger on order_credits that, per order, logs each insert attempt, can pause it, and can refuse it.
 
     The control and log tables are MyISAM on purpose: their rows survive the rollback of the failing transaction.
+    The trigger's statement holds table locks on both until it ends (pause included): see a
+    paused insert with `pausing`, and expect `clear` to wait for it.
     A refusal is a deadlock error (1213) signalled by the trigger, which the retry policy treats as transient.
     """
 
@@ -136,6 +138,16 @@ class DatabaseFaults:
     def clear(self, order_id: int) -> None:
         with connection.cursor() as cursor:
             cursor.execute("DELETE FROM credit_test_faults WHERE order_id = %s", [order_id])
+
+    def pausing(self) -> bool:
+        """Return whether an insert is paused in the trigger right now, inside its award transaction."""
+        with connection.cursor() as cursor:
+            # The process list shows the trigger's own statement while it runs, not the INSERT.
+            cursor.execute(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST"
+                " WHERE DB = DATABASE() AND STATE = 'User sleep' AND INFO LIKE 'DO SLEEP%'"
+            )
+            return cursor.fetchone()[0] > 0
 
     def attempts(self, order_id: int) -> list[tuple[int, object]]:
         """Return (connection id, time) of every insert attempt for the order's credit, oldest first."""
