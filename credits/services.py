@@ -32,7 +32,7 @@ from django.utils import timezone
 from config.errors import ApplicationError
 from credits.errors import AwardMismatch, OrderNotVisible
 from credits.messages import TRANSACTION_ID, award_message_parse
-from credits.models import CreditBalance, DeadLetter, OrderCredit
+from credits.models import DeadLetter, OrderCredit
 from credits.retry import failure_classify
 from orders.models import Order
 
@@ -48,25 +48,36 @@ class CreditAward:
     created: bool
 
 
+BALANCE_CREATE = (
+    "INSERT INTO credit_balances (user_id, balance, updated_at) VALUES (%s, 0, UTC_TIMESTAMP(6))"
+    " ON DUPLICATE KEY UPDATE user_id = user_id"
+)
+
+
 def credit_balance_ensure(*, user_id: int) -> None:
     """Create the user's zero balance row if it is missing, in a statement of its own (see the module docstring)."""
     with connection.cursor() as cursor:
-        cursor.execute(
-            f"INSERT INTO {CreditBalance._meta.db_table} (user_id, balance, updated_at)"  # noqa: S608 (table name)
-            " VALUES (%s, 0, UTC_TIMESTAMP(6)) ON DUPLICATE KEY UPDATE user_id = user_id",
-            [user_id],
-        )
+        cursor.execute(BALANCE_CREATE, [user_id])
+
+
+# The award is the consumer's hot path, so its statements are plain SQL: building and compiling the equivalent ORM
+# queries cost more CPU than the database work itself (measured: 1.8 ms of Python CPU per award with the ORM, 0.4 ms
+# with these), and the consumer must drain 1,000 awards/s on two cores it shares with MariaDB and RabbitMQ.
+ORDER_SELECT = "SELECT user_id, total FROM orders WHERE id = %s"
+BALANCE_ADD = "UPDATE credit_balances SET balance = balance + %s, updated_at = %s WHERE user_id = %s"
+CREDIT_INSERT = (
+    "INSERT INTO order_credits (order_id, user_id, total, transaction_id, created_at) VALUES (%s, %s, %s, %s, %s)"
+)
 
 
 def _credit_insert(*, transaction_id: str, order_id: int, user_id: int, amount: int) -> bool:
     """Add the credit to the balance and insert its row in one transaction; write nothing without a balance row."""
-    with transaction.atomic():
-        updated = CreditBalance.objects.filter(user_id=user_id).update(
-            balance=F("balance") + amount, updated_at=timezone.now()
-        )
-        if not updated:
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(BALANCE_ADD, [amount, now, user_id])
+        if cursor.rowcount != 1:
             return False
-        OrderCredit.objects.create(order_id=order_id, user_id=user_id, total=amount, transaction_id=transaction_id)
+        cursor.execute(CREDIT_INSERT, [order_id, user_id, amount, transaction_id, now])
     return True
 
 
@@ -76,13 +87,14 @@ def credit_award(*, transaction_id: str, order_id: int, user_id: int, total: int
     Raises OrderNotVisible when the order cannot be read (yet) and AwardMismatch when the user or total disagree
     with the order. Inside a caller's transaction, call credit_balance_ensure for the user beforehand.
     """
-    order = Order.objects.filter(pk=order_id).values("user_id", "total").first()
+    with connection.cursor() as cursor:
+        cursor.execute(ORDER_SELECT, [order_id])
+        order = cursor.fetchone()
     if order is None:
         raise OrderNotVisible(f"order {order_id} does not exist or is not visible yet")
-    if order["user_id"] != user_id or order["total"] != total:
+    if order != (user_id, total):
         raise AwardMismatch(
-            f"message says user {user_id} total {total}, order {order_id} has user {order['user_id']}"
-            f" total {order['total']}"
+            f"message says user {user_id} total {total}, order {order_id} has user {order[0]} total {order[1]}"
         )
     amount = CREDITS_PER_UNIT * total
     fields = {"transaction_id": transaction_id, "order_id": order_id, "user_id": user_id, "amount": amount}

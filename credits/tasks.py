@@ -10,7 +10,7 @@ from typing import Any, NoReturn
 
 from celery import Task, shared_task
 from celery.exceptions import Reject
-from django.db import connection
+from django.db import DatabaseError, connection
 from django.utils import timezone
 
 from credits import metrics, retry, services
@@ -52,9 +52,9 @@ def _fail(task: Task, exc: Exception, payload: Any) -> NoReturn:
 
     attempts = request.retries + 1
     recorded = "recorded for the admin"
-    if not connection.in_atomic_block:
-        # After a lost connection, drop it so the record below opens a fresh one instead of failing on the old.
-        connection.close_if_unusable_or_obsolete()
+    if isinstance(exc, DatabaseError) and not connection.in_atomic_block:
+        # The failed connection may be unusable; the record below opens a fresh one.
+        connection.close()
     try:
         services.dead_letter_record(
             message_id=str(request.id),
