@@ -7,7 +7,7 @@ It writes N orders with their transaction_log rows (bulk, as seed data), publish
     export DATABASE_URL=mysql://root:@127.0.0.1:3306/creditshop_credits
     export CELERY_BROKER_URL=amqp://guest:guest@127.0.0.1:5672/credits
     python manage.py migrate
-    python bench/bench_credits.py --messages 20000 --processes 2
+    DJANGO_DEBUG=false python bench/bench_credits.py --messages 20000 --processes 2 --pool solo
 
 Exit status 1 when an order is credited twice or not at all, or a balance disagrees with its entries.
 """
@@ -55,8 +55,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--pool",
         choices=["prefork", "solo"],
-        default="prefork",
-        help="prefork: one worker with N pool processes; solo: N workers executing in their own process",
+        default="solo",
+        help="solo: N workers, each executing in its own process (less CPU per award); prefork: one worker, N pool",
     )
     parser.add_argument("--prefetch", type=int, default=None, help="worker --prefetch-multiplier (default: config)")
     parser.add_argument("--keep", action="store_true", help="keep the bench rows afterwards")

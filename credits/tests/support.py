@@ -139,15 +139,20 @@ class DatabaseFaults:
         with connection.cursor() as cursor:
             cursor.execute("DELETE FROM credit_test_faults WHERE order_id = %s", [order_id])
 
-    def pausing(self) -> bool:
-        """Return whether an insert is paused in the trigger right now, inside its award transaction."""
+    def pausing(self) -> list[int]:
+        """Return the connection ids of inserts paused in the trigger right now, inside their award transaction."""
         with connection.cursor() as cursor:
             # The process list shows the trigger's own statement while it runs, not the INSERT.
             cursor.execute(
-                "SELECT COUNT(*) FROM information_schema.PROCESSLIST"
+                "SELECT ID FROM information_schema.PROCESSLIST"
                 " WHERE DB = DATABASE() AND STATE = 'User sleep' AND INFO LIKE 'DO SLEEP%'"
             )
-            return cursor.fetchone()[0] > 0
+            return [row[0] for row in cursor.fetchall()]
+
+    def kill_connection(self, connection_id: int) -> None:
+        """Drop a client's connection from the server side, as a server restart or a network cut would."""
+        with connection.cursor() as cursor:
+            cursor.execute("KILL CONNECTION %s", [connection_id])
 
     def attempts(self, order_id: int) -> list[tuple[int, object]]:
         """Return (connection id, time) of every insert attempt for the order's credit, oldest first."""

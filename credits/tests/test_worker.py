@@ -142,6 +142,24 @@ def test_a_failure_that_recovers_on_the_second_try_awards_once(db_faults, start_
     assert queue_depth(CREDITS_DEAD_QUEUE) == 0
 
 
+def test_a_database_connection_lost_mid_award_is_retried_on_a_new_connection(db_faults, start_worker, user):
+    order_id, payload = place_order(user=user, total=2)
+    db_faults.set(order_id, sleep=2.0)
+    worker = start_worker("cut", **FAST_RETRIES)
+    publish(payload)
+    (connection_id,) = wait_until(db_faults.pausing, what="the award to be inside its transaction")
+    db_faults.kill_connection(connection_id)
+    db_faults.clear(order_id)
+    wait_until(lambda: outcomes(worker), timeout=60, what="the retried award")
+    assert outcomes(worker) == ["awarded"]
+    assert worker.count(r"failed \(database_unavailable\), retry 1") == 1
+    assert len({cid for cid, _ in db_faults.attempts(order_id)}) == 2
+    assert OrderCredit.objects.filter(order_id=order_id).count() == 1
+    assert balance(user) == 4
+    assert not DeadLetter.objects.exists()
+    assert_all_acknowledged(worker)
+
+
 def test_a_failure_that_never_recovers_is_dead_lettered_after_the_retries_then_replayed_once(
     db_faults, start_worker, user, make_user
 ):

@@ -1,0 +1,69 @@
+"""The award_credits task run in-process (eagerly): outcomes, the retry policy's limit, dead letters, metrics."""
+
+import logging
+
+import pytest
+from celery import states
+from prometheus_client import REGISTRY, generate_latest
+
+from credits.models import DeadLetter
+from credits.tasks import award_credits
+from credits.tests.support import place_order
+
+pytestmark = pytest.mark.django_db
+
+
+def run(payload, *, task_id: str | None = None):
+    task_id = task_id or (payload.get("transaction_id") if isinstance(payload, dict) else None) or "some-id"
+    return award_credits.apply(kwargs={"message": payload}, task_id=task_id)
+
+
+def sample(name: str, **labels) -> float:
+    return REGISTRY.get_sample_value(name, labels) or 0.0
+
+
+def test_a_message_is_awarded_then_its_repeat_is_a_duplicate(user):
+    _, payload = place_order(user=user)
+    awarded_before = sample("creditshop_credits_messages_total", outcome="awarded")
+    assert run(payload).get() == "awarded"
+    assert run(payload).get() == "duplicate"
+    assert sample("creditshop_credits_messages_total", outcome="awarded") == awarded_before + 1
+
+
+def test_a_malformed_message_is_dead_lettered_at_once_and_logged_once(user, caplog):
+    _, payload = place_order(user=user)
+    before = sample("creditshop_credits_dead_lettered_total", reason="malformed")
+    with caplog.at_level(logging.ERROR, logger="credits"):
+        result = run({**payload, "order_id": "seven"})
+    assert result.state == states.REJECTED
+    letter = DeadLetter.objects.get()
+    assert (letter.reason, letter.attempts, letter.status) == ("malformed", 1, "open")
+    assert letter.first_failed_at == letter.last_failed_at
+    assert len([r for r in caplog.records if r.name == "credits.tasks" and r.levelno == logging.ERROR]) == 1
+    assert sample("creditshop_credits_dead_lettered_total", reason="malformed") == before + 1
+
+
+def test_a_transient_failure_is_retried_the_configured_number_of_times_then_dead_lettered(user, settings):
+    settings.CREDITS_MAX_RETRIES = 2
+    _, payload = place_order(user=user)
+    missing = {**payload, "order_id": payload["order_id"] + 10_000}
+    retries_before = sample("creditshop_credits_retries_total", reason="order_not_visible")
+    result = run(missing)
+    assert result.state == states.REJECTED
+    letter = DeadLetter.objects.get()
+    assert (letter.reason, letter.attempts) == ("order_not_visible", 3)
+    assert letter.payload == missing
+    assert sample("creditshop_credits_retries_total", reason="order_not_visible") == retries_before + 2
+
+
+def test_a_call_without_the_message_keyword_is_dead_lettered(user):
+    _, payload = place_order(user=user)
+    result = award_credits.apply(args=[payload], task_id="positional")
+    assert result.state == states.REJECTED
+    assert DeadLetter.objects.get().payload == {"args": [payload], "kwargs": {}}
+
+
+def test_open_dead_letters_are_a_gauge_in_metrics(user):
+    _, payload = place_order(user=user)
+    run({**payload, "schema_version": 9})
+    assert b"creditshop_credits_dead_letters_open 1.0" in generate_latest(REGISTRY)
