@@ -37,18 +37,27 @@ def _fail(task: Task, exc: Exception, payload: Any) -> NoReturn:
     request = task.request
     now = timezone.now()
     first_failed_at = _first_failed_at(request) or now
+    error = failure.error
     if retry.retry_allowed(failure, retries=request.retries):
         delay = retry.retry_delay(request.retries)
-        metrics.RETRIES.labels(reason=failure.reason).inc()
-        logger.warning(
-            "credits message %s failed (%s), retry %d in %.2fs: %s",
-            request.id,
-            failure.reason,
-            request.retries + 1,
-            delay,
-            failure.error,
-        )
-        raise task.retry(exc=exc, countdown=delay, headers={FIRST_FAILED_HEADER: first_failed_at.isoformat()})
+        try:
+            retry_signal = task.retry(
+                exc=exc, countdown=delay, headers={FIRST_FAILED_HEADER: first_failed_at.isoformat()}, throw=False
+            )
+        except Reject as not_published:
+            # Celery could not publish the retry and would reject the message unrecorded; dead-letter it here.
+            error = f"{error}; the retry could not be published: {not_published.reason}"
+        else:
+            metrics.RETRIES.labels(reason=failure.reason).inc()
+            logger.warning(
+                "credits message %s failed (%s), retry %d in %.2fs: %s",
+                request.id,
+                failure.reason,
+                request.retries + 1,
+                delay,
+                error,
+            )
+            raise retry_signal
 
     attempts = request.retries + 1
     recorded = "recorded for the admin"
@@ -60,7 +69,7 @@ def _fail(task: Task, exc: Exception, payload: Any) -> NoReturn:
             message_id=str(request.id),
             payload=payload,
             reason=failure.reason,
-            error=failure.error,
+            error=error,
             attempts=attempts,
             first_failed_at=first_failed_at,
             last_failed_at=now,
@@ -74,11 +83,11 @@ def _fail(task: Task, exc: Exception, payload: Any) -> NoReturn:
         attempts,
         recorded,
         failure.reason,
-        failure.error,
+        error,
         payload,
     )
     # Not requeued: the broker routes a rejected message through credits.dlx to the credits.dead queue.
-    raise Reject(failure.error, requeue=False) from exc
+    raise Reject(error, requeue=False) from exc
 
 
 @shared_task(

@@ -1,9 +1,13 @@
 """The award_credits task run in-process (eagerly): outcomes, the retry policy's limit, dead letters, metrics."""
 
 import logging
+from unittest import mock
 
 import pytest
 from celery import states
+from celery.canvas import Signature
+from celery.exceptions import Reject
+from kombu.exceptions import OperationalError
 from prometheus_client import REGISTRY, generate_latest
 
 from credits.models import DeadLetter
@@ -67,3 +71,21 @@ def test_open_dead_letters_are_a_gauge_in_metrics(user):
     _, payload = place_order(user=user)
     run({**payload, "schema_version": 9})
     assert b"creditshop_credits_dead_letters_open 1.0" in generate_latest(REGISTRY)
+
+
+def test_a_retry_that_cannot_be_published_is_dead_lettered_with_a_row(user):
+    _, payload = place_order(user=user)
+    missing = {**payload, "order_id": payload["order_id"] + 10_000}
+    # As in a worker: not called directly, not eager; the broker refuses the retry's publish (the injected fault).
+    award_credits.push_request(id=missing["transaction_id"], retries=0, called_directly=False, is_eager=False)
+    try:
+        with (
+            mock.patch.object(Signature, "apply_async", side_effect=OperationalError("broker down")),
+            pytest.raises(Reject),
+        ):
+            award_credits.run(message=missing)
+    finally:
+        award_credits.pop_request()
+    letter = DeadLetter.objects.get()
+    assert (letter.reason, letter.attempts) == ("order_not_visible", 1)
+    assert "the retry could not be published" in letter.error
