@@ -157,6 +157,9 @@ CELERY_BEAT_SCHEDULE = {
 
 # Credits consumer.
 CREDITS_MAX_RETRIES = env_int("CREDITS_MAX_RETRIES", 3, minimum=0)
+# Backoff between retries of a transient failure: exponential from the base, capped, jittered (see credits/retry.py).
+CREDITS_RETRY_BASE_SECONDS = env_float("CREDITS_RETRY_BASE_SECONDS", 1.0, minimum=0.01)
+CREDITS_RETRY_MAX_SECONDS = env_float("CREDITS_RETRY_MAX_SECONDS", 60.0, minimum=0.01)
 
 # Analytics.
 SPARK_MASTER = env_str("SPARK_MASTER", "local[*]")

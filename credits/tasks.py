@@ -1,0 +1,122 @@
+"""The credits consumer as a Celery task: parse the message, call the award service, apply the retry policy.
+
+Delivery (config/celery.py): acks late, and a message whose worker process dies mid-task is requeued, so every
+message is applied at least once; the UNIQUE order_id in the award service makes the effect exactly once.
+"""
+
+import logging
+from datetime import datetime
+from typing import Any, NoReturn
+
+from celery import Task, shared_task
+from celery.exceptions import Reject
+from django.db import DatabaseError, connection
+from django.utils import timezone
+
+from credits import metrics, retry, services
+from credits.errors import MalformedMessage
+from credits.messages import award_message_parse
+
+logger = logging.getLogger(__name__)
+
+# Carried from one retry to the next, so the dead letter can say when the message first failed.
+FIRST_FAILED_HEADER = "credits_first_failed_at"
+
+
+def _first_failed_at(request) -> datetime | None:
+    value = (request.headers or {}).get(FIRST_FAILED_HEADER) or getattr(request, FIRST_FAILED_HEADER, None)
+    try:
+        return datetime.fromisoformat(value) if isinstance(value, str) else None
+    except ValueError:
+        return None
+
+
+def _fail(task: Task, exc: Exception, payload: Any) -> NoReturn:
+    """Retry the message after a transient failure, or dead-letter it: record it, then reject it to credits.dead."""
+    failure = retry.failure_classify(exc)
+    request = task.request
+    now = timezone.now()
+    first_failed_at = _first_failed_at(request) or now
+    error = failure.error
+    if retry.retry_allowed(failure, retries=request.retries):
+        delay = retry.retry_delay(request.retries)
+        try:
+            retry_signal = task.retry(
+                exc=exc, countdown=delay, headers={FIRST_FAILED_HEADER: first_failed_at.isoformat()}, throw=False
+            )
+        except Reject as not_published:
+            # Celery could not publish the retry and would reject the message unrecorded; dead-letter it here.
+            error = f"{error}; the retry could not be published: {not_published.reason}"
+        else:
+            metrics.RETRIES.labels(reason=failure.reason).inc()
+            logger.warning(
+                "credits message %s failed (%s), retry %d in %.2fs: %s",
+                request.id,
+                failure.reason,
+                request.retries + 1,
+                delay,
+                error,
+            )
+            raise retry_signal
+
+    attempts = request.retries + 1
+    recorded = "recorded for the admin"
+    if isinstance(exc, DatabaseError) and not connection.in_atomic_block:
+        # The failed connection may be unusable; the record below opens a fresh one.
+        connection.close()
+    try:
+        services.dead_letter_record(
+            message_id=str(request.id),
+            payload=payload,
+            reason=failure.reason,
+            error=error,
+            attempts=attempts,
+            first_failed_at=first_failed_at,
+            last_failed_at=now,
+        )
+    except Exception as record_exc:  # the broker copy in credits.dead still holds the message
+        recorded = f"NOT recorded for the admin ({type(record_exc).__name__}: {record_exc}); it is in credits.dead"
+    metrics.DEAD_LETTERED.labels(reason=failure.reason).inc()
+    logger.error(
+        "credits message %s dead-lettered after %d attempt(s), %s (%s): %s; payload %s",
+        request.id,
+        attempts,
+        recorded,
+        failure.reason,
+        error,
+        payload,
+    )
+    # Not requeued: the broker routes a rejected message through credits.dlx to the credits.dead queue.
+    raise Reject(error, requeue=False) from exc
+
+
+@shared_task(
+    bind=True,
+    name="credits.award_credits",
+    # The retry policy in credits/retry.py is the only limit; Celery's own default (3) must not cut it short.
+    max_retries=None,
+    # An error escaping the task (none should) rejects the message to credits.dead instead of acking it away.
+    acks_on_failure_or_timeout=False,
+)
+def award_credits(self: Task, *args: Any, **kwargs: Any) -> str:
+    """Award the credits one transaction_log message asks for: kwargs {"message": payload}, no positional args.
+
+    Any other call shape is a malformed message, dead-lettered like the rest rather than failing inside Celery.
+    """
+    well_formed_call = not args and set(kwargs) == {"message"}
+    payload = kwargs["message"] if well_formed_call else {"args": list(args), "kwargs": kwargs}
+    try:
+        if not well_formed_call:
+            raise MalformedMessage('expected keyword argument "message" only')
+        message = award_message_parse(payload)
+        award = services.credit_award(
+            transaction_id=message.transaction_id,
+            order_id=message.order_id,
+            user_id=message.user_id,
+            total=message.total,
+        )
+    except Exception as exc:  # every failure goes through the one retry policy
+        _fail(self, exc, payload)
+    outcome = "awarded" if award.created else "duplicate"
+    metrics.AWARDS.labels(outcome=outcome).inc()
+    return outcome

@@ -1,0 +1,251 @@
+"""Helpers for the credits tests: orders with their messages, faults injected in MariaDB, real Celery workers."""
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from django.conf import settings
+from django.db import connection
+from kombu import Connection
+
+from config.celery import CREDITS_DEAD_QUEUE, CREDITS_QUEUE, app
+from orders.services import order_create
+from outbox.models import TransactionLog
+
+AWARD_TASK = "credits.award_credits"
+
+
+def place_order(*, user, total: int = 3) -> tuple[int, dict]:
+    """Place an order the normal way and return its id and the transaction_log payload the relay would publish."""
+    order = order_create(user=user, goods_name="widget", total=total).order
+    return order.pk, TransactionLog.objects.get(pk=order.transaction_id).payload
+
+
+def publish(payload, *, task_id: str | None = None, **options) -> None:
+    """Publish a credits message exactly as the relay does (see the contract in the project notes)."""
+    task_id = task_id or payload["transaction_id"]
+    app.send_task(AWARD_TASK, kwargs={"message": payload}, task_id=task_id, queue=CREDITS_QUEUE, **options)
+
+
+def wait_until(predicate: Callable[[], object], *, timeout: float = 30.0, interval: float = 0.05, what: str = ""):
+    """Return the predicate's first truthy value, polling until the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
+        time.sleep(interval)
+
+
+# --- the broker ---------------------------------------------------------------------------------------------------
+
+
+def broker_reset() -> None:
+    """Declare the credits queues (and the dead-letter route) and empty them."""
+    with Connection(settings.CELERY_BROKER_URL) as conn:
+        channel = conn.default_channel
+        for name in (CREDITS_QUEUE, CREDITS_DEAD_QUEUE):
+            queue = app.amqp.queues[name].bind(channel)
+            queue.declare()
+            queue.purge()
+
+
+def dead_queue_take() -> list[dict]:
+    """Remove and return every message in credits.dead as {"headers", "args", "kwargs"}."""
+    taken = []
+    with Connection(settings.CELERY_BROKER_URL) as conn:
+        channel = conn.default_channel
+        while (message := channel.basic_get(CREDITS_DEAD_QUEUE, no_ack=True)) is not None:
+            args, kwargs, _embed = json.loads(message.body)
+            taken.append({"headers": message.headers, "args": args, "kwargs": kwargs})
+    return taken
+
+
+def queue_depth(name: str) -> int:
+    """Return how many ready (not yet delivered) messages a queue holds."""
+    with Connection(settings.CELERY_BROKER_URL) as conn:
+        return app.amqp.queues[name].bind(conn.default_channel).queue_declare(passive=True).message_count
+
+
+# --- faults injected at the database ------------------------------------------------------------------------------
+
+
+class DatabaseFaults:
+    """A trigger on order_credits that, per order, logs each insert attempt, can pause it, and can refuse it.
+
+    The control and log tables are MyISAM on purpose: their rows survive the rollback of the failing transaction.
+    The trigger's statement holds table locks on both until it ends (pause included): see a
+    paused insert with `pausing`, and expect `clear` to wait for it.
+    A refusal is a deadlock error (1213) signalled by the trigger, which the retry policy treats as transient.
+    """
+
+    def install(self) -> None:
+        with connection.cursor() as cursor:
+            self._drop(cursor)
+            cursor.execute(
+                "CREATE TABLE credit_test_faults (order_id BIGINT PRIMARY KEY, remaining INT NOT NULL,"
+                " sleep_seconds DOUBLE NOT NULL DEFAULT 0) ENGINE=MyISAM"
+            )
+            cursor.execute(
+                "CREATE TABLE credit_test_attempts (id BIGINT AUTO_INCREMENT PRIMARY KEY, order_id BIGINT NOT NULL,"
+                " connection_id BIGINT NOT NULL, at DATETIME(6) NOT NULL) ENGINE=MyISAM"
+            )
+            cursor.execute(
+                """
+                CREATE TRIGGER credit_test_fault BEFORE INSERT ON order_credits FOR EACH ROW
+                BEGIN
+                  DECLARE refuse INT DEFAULT 0;
+                  DECLARE pause DOUBLE DEFAULT 0;
+                  SELECT COALESCE(MAX(remaining > 0), 0), COALESCE(MAX(sleep_seconds), 0) INTO refuse, pause
+                    FROM credit_test_faults WHERE order_id = NEW.order_id;
+                  INSERT INTO credit_test_attempts (order_id, connection_id, at)
+                    VALUES (NEW.order_id, CONNECTION_ID(), UTC_TIMESTAMP(6));
+                  IF pause > 0 THEN DO SLEEP(pause); END IF;
+                  IF refuse THEN
+                    UPDATE credit_test_faults SET remaining = remaining - 1 WHERE order_id = NEW.order_id;
+                    SIGNAL SQLSTATE '40001' SET MYSQL_ERRNO = 1213, MESSAGE_TEXT = 'injected: insert refused';
+                  END IF;
+                END
+                """
+            )
+
+    def remove(self) -> None:
+        with connection.cursor() as cursor:
+            self._drop(cursor)
+
+    @staticmethod
+    def _drop(cursor) -> None:
+        cursor.execute("DROP TRIGGER IF EXISTS credit_test_fault")
+        cursor.execute("DROP TABLE IF EXISTS credit_test_faults, credit_test_attempts")
+
+    def set(self, order_id: int, *, refuse: int = 0, sleep: float = 0.0) -> None:
+        """Refuse the next `refuse` inserts of this order's credit, and pause every one for `sleep` seconds."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "REPLACE INTO credit_test_faults (order_id, remaining, sleep_seconds) VALUES (%s, %s, %s)",
+                [order_id, refuse, sleep],
+            )
+
+    def clear(self, order_id: int) -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("DELETE FROM credit_test_faults WHERE order_id = %s", [order_id])
+
+    def pausing(self) -> list[int]:
+        """Return the connection ids of inserts paused in the trigger right now, inside their award transaction."""
+        with connection.cursor() as cursor:
+            # The process list shows the trigger's own statement while it runs, not the INSERT.
+            cursor.execute(
+                "SELECT ID FROM information_schema.PROCESSLIST"
+                " WHERE DB = DATABASE() AND STATE = 'User sleep' AND INFO LIKE 'DO SLEEP%'"
+            )
+            return [row[0] for row in cursor.fetchall()]
+
+    def kill_connection(self, connection_id: int) -> None:
+        """Drop a client's connection from the server side, as a server restart or a network cut would."""
+        with connection.cursor() as cursor:
+            cursor.execute("KILL CONNECTION %s", [connection_id])
+
+    def attempts(self, order_id: int) -> list[tuple[int, object]]:
+        """Return (connection id, time) of every insert attempt for the order's credit, oldest first."""
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT connection_id, at FROM credit_test_attempts WHERE order_id = %s ORDER BY id", [order_id]
+            )
+            return list(cursor.fetchall())
+
+
+# --- real Celery workers ------------------------------------------------------------------------------------------
+
+
+class Worker:
+    """A `celery -A config worker -Q credits` subprocess on the test database, in its own process group."""
+
+    def __init__(self, name: str, log_dir: Path, *, concurrency: int = 1, env: dict | None = None):
+        self.name = name
+        self.concurrency = concurrency
+        self.log_path = log_dir / f"{name}.log"
+        self.env = env or {}
+        self.process: subprocess.Popen | None = None
+
+    def start(self, *, timeout: float = 60.0) -> "Worker":
+        db = connection.settings_dict
+        env = {
+            **os.environ,
+            "DATABASE_URL": f"mysql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT'] or 3306}/{db['NAME']}",
+            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+            "PYTHONUNBUFFERED": "1",
+            **self.env,
+        }
+        command = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "config",
+            "worker",
+            "-Q",
+            CREDITS_QUEUE,
+            "-c",
+            str(self.concurrency),
+            "-n",
+            f"{self.name}@%h",
+            "--without-mingle",
+            "--without-gossip",
+            "--loglevel",
+            "INFO",
+        ]
+        with open(self.log_path, "ab") as log:
+            self.process = subprocess.Popen(
+                command,
+                cwd=settings.BASE_DIR,
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        wait_until(lambda: self._ready(), timeout=timeout, what=f"worker {self.name} to be ready")
+        return self
+
+    def _ready(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"worker {self.name} exited with {self.process.returncode}:\n{self.log()[-3000:]}")
+        return " ready." in self.log()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    def count(self, pattern: str) -> int:
+        return len(re.findall(pattern, self.log()))
+
+    def pool_pids(self) -> list[int]:
+        """Return the pids of the prefork pool's child processes."""
+        children = Path(f"/proc/{self.process.pid}/task/{self.process.pid}/children").read_text().split()
+        return [int(pid) for pid in children]
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Send a signal to the whole worker (main process and pool) and wait for the main process to go."""
+        if self.process is not None and self.process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, sig)
+            self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        """Stop the worker: a warm shutdown, then SIGKILL to the whole group for anything left."""
+        if self.process is None:
+            return
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.process.wait(timeout=15)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait(timeout=30)
