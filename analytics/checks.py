@@ -40,15 +40,34 @@ class CheckContext:
     # The instant the checks judge against, and how old a row must be before its missing effect is a violation.
     as_of: datetime
     grace_seconds: int
+    # Published outbox rows are deleted after this many days (OUTBOX_RETENTION_DAYS), so an older order's
+    # missing row proves nothing; None when rows are kept for ever.
+    log_retention_days: int | None = None
 
     @property
     def cutoff(self) -> datetime:
         return self.as_of - timedelta(seconds=self.grace_seconds)
 
+    @property
+    def logs_kept_since(self) -> datetime | None:
+        if self.log_retention_days is None:
+            return None
+        return self.as_of - timedelta(days=self.log_retention_days)
+
+
+def _with_retained_logs(orders: DataFrame, ctx: CheckContext) -> DataFrame:
+    """Keep the orders whose outbox row cannot have been retired yet."""
+    if ctx.logs_kept_since is None:
+        return orders
+    return orders.where(F.col("created_at") >= F.lit(ctx.logs_kept_since))
+
 
 def check_order_without_log(orders: DataFrame, logs: DataFrame, ctx: CheckContext) -> DataFrame:
-    """Orders placed in the period with no transaction_log row: the message that leads to the credit is gone."""
-    placed = in_period(orders, ctx.period)
+    """Orders placed in the period with no transaction_log row: the message that leads to the credit is gone.
+
+    Orders older than the outbox retention are not judged: their published row may have been deleted on purpose.
+    """
+    placed = _with_retained_logs(in_period(orders, ctx.period), ctx)
     return placed.join(logs.select(F.col("order_id").alias("id")), "id", "left_anti").select(
         day_of(), "id", "user_id", "total", "created_at"
     )
@@ -99,16 +118,20 @@ def check_duplicate_credit(credits: DataFrame, ctx: CheckContext) -> DataFrame:
 
     order_credits.order_id is UNIQUE in this schema, so this guards deployments (or copies) without the index.
     """
-    return (
+    # Count first (a cheap hash aggregation), and gather credit ids only for the rare orders that need them.
+    duplicated = (
         credits.groupBy("order_id")
-        .agg(
-            F.count("*").alias("credits"),
-            F.max("created_at").alias("latest"),
-            F.sort_array(F.collect_list("id")).alias("credit_ids"),
-        )
+        .agg(F.count("*").alias("credits"), F.max("created_at").alias("latest"))
         .where(F.col("credits") > 1)
         .where((F.col("latest") >= F.lit(ctx.period.start)) & (F.col("latest") < F.lit(ctx.period.end)))
-        .select(day_of("latest"), F.col("order_id").alias("id"), "credits", "credit_ids")
+    )
+    credit_ids = (
+        credits.join(duplicated.select("order_id"), "order_id")
+        .groupBy("order_id")
+        .agg(F.sort_array(F.collect_list("id")).alias("credit_ids"))
+    )
+    return duplicated.join(credit_ids, "order_id").select(
+        day_of("latest"), F.col("order_id").alias("id"), "credits", "credit_ids"
     )
 
 
@@ -206,7 +229,9 @@ def lookup_candidates(*, orders: DataFrame, logs: DataFrame, credits: DataFrame,
         .join(credits.select(F.col("order_id").alias("id")), "id", "left_anti")
         .select(F.lit("credit").alias("kind"), "id")
     )
-    unlogged = placed.join(logs.select(F.col("order_id").alias("id")), "id", "left_anti").select(
-        F.lit("log").alias("kind"), "id"
+    unlogged = (
+        _with_retained_logs(placed, ctx)
+        .join(logs.select(F.col("order_id").alias("id")), "id", "left_anti")
+        .select(F.lit("log").alias("kind"), "id")
     )
     return referenced.unionByName(uncredited).unionByName(unlogged)

@@ -19,7 +19,7 @@ class NightlyRun(models.Model):
     repair = models.BooleanField(default=False)
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.RUNNING)
     # The stage the run is in (or failed in), for the admin and the staff page while it runs.
-    stage = models.CharField(max_length=32, blank=True, default="")
+    stage = models.CharField(max_length=64, blank=True, default="")
     spark_master = models.CharField(max_length=255, blank=True, default="")
     started_at = models.DateTimeField(default=timezone.now)
     # The instant the checks judged against: an order is missing its credit if older than as_of minus the grace.

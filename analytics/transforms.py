@@ -163,24 +163,30 @@ def transform_trend(history: DataFrame, current: DataFrame, period: Period, days
 
 
 def _histogram(values: DataFrame, buckets: Sequence[int], *, label: str) -> DataFrame:
-    """Count `value` per date into buckets [buckets[i], buckets[i+1]), listing every bucket of every date."""
+    """Count `value` per date into buckets [buckets[i], buckets[i+1]), listing every bucket of every date.
+
+    One aggregation with a counter per bucket, then unpivoted: a single shuffle, and empty buckets come out as 0.
+    """
     bucket = F.lit(0)
     for index, lower in enumerate(buckets[1:], start=1):
         bucket = F.when(F.col("value") >= lower, F.lit(index)).otherwise(bucket)
-    counts = values.groupBy("date", bucket.alias("bucket")).agg(F.count("*").alias(label))
-    spark = values.sparkSession
-    edges = spark.createDataFrame(
-        [(i, lower, buckets[i + 1] if i + 1 < len(buckets) else None) for i, lower in enumerate(buckets)],
-        "bucket int, lower long, upper long",
+    counts = (
+        values.withColumn("bucket", bucket)
+        .groupBy("date")
+        .agg(*[F.count_if(F.col("bucket") == i).alias(f"bucket_{i}") for i in range(len(buckets))])
     )
-    return (
-        values.select("date")
-        .distinct()
-        .crossJoin(edges)
-        .join(counts, ["date", "bucket"], "left")
-        .fillna(0, subset=[label])
-        .select("date", "bucket", "lower", "upper", F.col(label).cast("long").alias(label))
+    rows = F.array(
+        *[
+            F.struct(
+                F.lit(i).alias("bucket"),
+                F.lit(lower).cast("long").alias("lower"),
+                F.lit(buckets[i + 1] if i + 1 < len(buckets) else None).cast("long").alias("upper"),
+                F.col(f"bucket_{i}").alias(label),
+            )
+            for i, lower in enumerate(buckets)
+        ]
     )
+    return counts.select("date", F.inline(rows))
 
 
 def _pct_name(p: float) -> str:
