@@ -117,7 +117,11 @@ def run_nightly(
         with progress.stage("spark session") as facts:
             spark = stack.enter_context(spark_session())
             facts["master"] = spark.sparkContext.master
-        days = _run_in_session(spark, run=run, period=period, ctx=ctx, source=source, progress=progress)
+        try:
+            days = _run_in_session(spark, run=run, period=period, ctx=ctx, source=source, progress=progress)
+        finally:
+            # A shared session (tests, a notebook) must not keep this run's cached frames.
+            spark.catalog.clearCache()
     if repair_requested:
         with progress.stage("repair") as facts:
             for day in days:
