@@ -87,7 +87,7 @@ def repair(*, missing_credit_order_ids: Iterable[int], stuck_log_ids: Iterable[s
             id__in=stuck, status__in=(TransactionLog.Status.PENDING, TransactionLog.Status.DEAD)
         ).values_list("id", flat=True)
     )
-    for log_id in sorted(stuck - still_stuck):
+    for log_id in sorted(stuck - still_stuck - to_reset):
         result.skipped[log_id] = "published or discarded since the check ran"
     to_reset |= still_stuck
 

@@ -18,12 +18,9 @@ def run_check_results(*, run: NightlyRun) -> QuerySet[CheckResult]:
     return run.check_results.order_by("date", "id")
 
 
-def latest_run_for(*, day: date) -> NightlyRun | None:
-    """Return the most recent successful run that covered `day`."""
-    for run in NightlyRun.objects.filter(status=NightlyRun.Status.SUCCEEDED, date__gte=day).order_by("-started_at"):
-        if run.first_date <= day:
-            return run
-    return None
+def run_dates(*, run: NightlyRun) -> list[date]:
+    """Return the days a run covered."""
+    return Period.ending(run.date, days=run.days).dates
 
 
 def user_daily_count(*, period: Period) -> int:
