@@ -166,6 +166,24 @@ SPARK_MASTER = env_str("SPARK_MASTER", "local[*]")
 SPARK_JDBC_JAR = env_str("SPARK_JDBC_JAR", "/usr/share/java/mariadb-java-client.jar")
 REPORTS_DIR = Path(env_str("REPORTS_DIR", str(BASE_DIR / "reports")))
 CONSISTENCY_GRACE_SECONDS = env_int("CONSISTENCY_GRACE_SECONDS", 600, minimum=0)
+# Spark: memory for the driver (which is also the only executor under local[*]) and for cluster executors;
+# SPARK_CONF adds any other Spark property as comma-separated key=value pairs (e.g. spark.driver.host=10.0.0.5).
+SPARK_DRIVER_MEMORY = env_str("SPARK_DRIVER_MEMORY", "2g")
+SPARK_EXECUTOR_MEMORY = env_str("SPARK_EXECUTOR_MEMORY", "2g")
+SPARK_CONF = env_list("SPARK_CONF", [])
+# Where the partitioned Parquet datasets go: any Hadoop URL (hdfs://, s3a://); empty means REPORTS_DIR/parquet.
+ANALYTICS_PARQUET_URL = env_str("ANALYTICS_PARQUET_URL", "")
+# Rows read on each side of the reported days, so credits awarded just after midnight meet their orders.
+ANALYTICS_LOOKBACK_HOURS = env_int("ANALYTICS_LOOKBACK_HOURS", 6, minimum=0, maximum=24 * 31)
+ANALYTICS_JDBC_PARTITIONS = env_int("ANALYTICS_JDBC_PARTITIONS", 4, minimum=1, maximum=256)
+ANALYTICS_JDBC_FETCHSIZE = env_int("ANALYTICS_JDBC_FETCHSIZE", 10_000, minimum=1)
+ANALYTICS_SHUFFLE_PARTITIONS = env_int("ANALYTICS_SHUFFLE_PARTITIONS", 8, minimum=1, maximum=10_000)
+# Violations kept in MySQL per check and day; the count is always exact.
+ANALYTICS_MAX_STORED_VIOLATIONS = env_int("ANALYTICS_MAX_STORED_VIOLATIONS", 10_000, minimum=1)
+# Celery beat starts the nightly run at this UTC time; the run itself is a subprocess with this time limit.
+ANALYTICS_NIGHTLY_HOUR = env_int("ANALYTICS_NIGHTLY_HOUR", 2, minimum=0, maximum=23)
+ANALYTICS_NIGHTLY_MINUTE = env_int("ANALYTICS_NIGHTLY_MINUTE", 0, minimum=0, maximum=59)
+ANALYTICS_RUN_TIMEOUT_SECONDS = env_int("ANALYTICS_RUN_TIMEOUT_SECONDS", 3 * 3600, minimum=60)
 
 if not DEBUG:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

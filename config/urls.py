@@ -1,7 +1,7 @@
 """URL routes for the web app."""
 
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from config.health import healthz
@@ -19,4 +19,5 @@ urlpatterns = [
     path("api/credits/", CreditsApi.as_view(), name="credits"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("reports/", include("analytics.urls")),
 ]

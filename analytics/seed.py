@@ -1,0 +1,379 @@
+"""Bulk-load a consistent demo history (orders, their published outbox rows, their credits) and plant faults in it.
+
+Rows go in as multi-row INSERT statements built here (ids assigned up front, so the three tables can be written
+in one pass without reading anything back), in one transaction per batch, with unique and foreign-key checks
+off for the session: the generator guarantees uniqueness, and the checks cost more than the inserts.
+Columns the generator does not fill get their model default, so columns added to these models later keep working.
+"""
+
+import json
+import random
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, date, datetime, timedelta
+from queue import Queue
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.hashers import make_password
+from django.db import connection, models, transaction
+
+from credits.models import OrderCredit
+from orders.models import Order
+from outbox.models import TransactionLog
+from outbox.services import SCHEMA_VERSION
+
+BUSINESS_ORDER = "order"
+DEMO_USERNAME_PREFIX = "demo-"
+GOODS = (
+    "espresso beans",
+    "green tea",
+    "notebook",
+    "fountain pen",
+    "headphones",
+    "usb cable",
+    "desk lamp",
+    "backpack",
+    "water bottle",
+    "sneakers",
+    "rain jacket",
+    "board game",
+    "yoga mat",
+    "coffee mug",
+    "phone case",
+    "bluetooth speaker",
+)
+# Orders per weekday relative to Monday, and per hour of the day: a shop is busier at weekends and in the evening.
+WEEKDAY_WEIGHTS = (1.0, 0.95, 1.0, 1.05, 1.15, 1.3, 1.2)
+HOUR_WEIGHTS = (1, 1, 1, 1, 1, 2, 3, 5, 6, 7, 7, 8, 9, 8, 7, 7, 8, 9, 10, 11, 11, 9, 5, 2)
+# Measured on the 2-core development machine: 5,000 orders (15,000 rows) per transaction is past the knee;
+# bigger batches only grow the statements (about 3 MB for the outbox rows) without loading faster.
+DEFAULT_BATCH_ORDERS = 5_000
+
+
+@dataclass(frozen=True)
+class SeedResult:
+    orders: int
+    users: int
+    rows: int
+    first_order_id: int | None
+    last_order_id: int | None
+    seconds: float
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.rows / self.seconds if self.seconds else 0.0
+
+
+def demo_users_ensure(*, count: int) -> list[int]:
+    """Return the ids of `count` demo users, creating the missing ones with multi-row INSERTs."""
+    user_model = get_user_model()
+    demo = user_model.objects.filter(username__startswith=DEMO_USERNAME_PREFIX)
+    existing = list(demo.order_by("id").values_list("id", flat=True)[:count])
+    missing = count - len(existing)
+    if missing > 0:
+        start = demo.count()
+        password = make_password(None)
+        user_model.objects.bulk_create(
+            (user_model(username=f"{DEMO_USERNAME_PREFIX}{start + i:07d}", password=password) for i in range(missing)),
+            batch_size=5_000,
+            ignore_conflicts=True,
+        )
+        existing = list(demo.order_by("id").values_list("id", flat=True)[:count])
+    return existing
+
+
+def seed_demo_data(
+    *,
+    orders: int,
+    days: int,
+    users: int,
+    end: date,
+    seed: int | None = None,
+    batch_orders: int = DEFAULT_BATCH_ORDERS,
+    on_progress: Callable[[int], None] | None = None,
+) -> SeedResult:
+    """Load `orders` orders spread over `days` days ending on `end` (UTC), each with its published log row and credit.
+
+    Ids continue after the current maximum, so run this against a database nobody else is writing orders to.
+    """
+    if orders < 1 or days < 1 or users < 1:
+        raise ValueError("orders, days and users must be positive")
+    started = time.monotonic()
+    rng = random.Random(seed)
+    user_ids = demo_users_ensure(count=users)
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT COALESCE(MAX(id), 0) FROM orders")
+        next_order_id = cursor.fetchone()[0] + 1
+        cursor.execute("SELECT COALESCE(MAX(id), 0) FROM order_credits")
+        next_credit_id = cursor.fetchone()[0] + 1
+    first_order_id = next_order_id
+    first_day = end - timedelta(days=days - 1)
+    batches = _generate_batches(
+        rng=rng,
+        counts=_orders_per_day(rng=rng, orders=orders, first_day=first_day, days=days),
+        first_day=first_day,
+        user_ids=user_ids,
+        next_order_id=next_order_id,
+        next_credit_id=next_credit_id,
+        batch_orders=batch_orders,
+    )
+    rows = _write_parallel(batches, on_progress=on_progress)
+    return SeedResult(
+        orders=orders,
+        users=len(user_ids),
+        rows=rows,
+        first_order_id=first_order_id,
+        last_order_id=first_order_id + orders - 1,
+        seconds=time.monotonic() - started,
+    )
+
+
+def _orders_per_day(*, rng: random.Random, orders: int, first_day: date, days: int) -> list[int]:
+    """Split the orders over the days by weekday weight with a little noise, summing exactly to `orders`."""
+    weights = [WEEKDAY_WEIGHTS[(first_day + timedelta(days=i)).weekday()] * rng.uniform(0.9, 1.1) for i in range(days)]
+    scale = orders / sum(weights)
+    counts = [int(w * scale) for w in weights]
+    for i in range(orders - sum(counts)):
+        counts[i % days] += 1
+    return counts
+
+
+def _generate_batches(
+    *,
+    rng: random.Random,
+    counts: list[int],
+    first_day: date,
+    user_ids: list[int],
+    next_order_id: int,
+    next_credit_id: int,
+    batch_orders: int,
+) -> Iterator[list[tuple[str, int]]]:
+    """Yield per batch one (INSERT statement, row count) per table, in created_at order so ids follow time."""
+    order_sql = _InsertBuilder(Order, ["id", "user_id", "goods_name", "total", "transaction_id", "created_at"])
+    log_sql = _InsertBuilder(
+        TransactionLog,
+        [
+            "id",
+            "business",
+            "foreign_key",
+            "payload",
+            "status",
+            "attempts",
+            "next_attempt_at",
+            "published_at",
+            "created_at",
+        ],
+    )
+    credit_sql = _InsertBuilder(OrderCredit, ["id", "user_id", "order_id", "total", "transaction_id", "created_at"])
+    n_users = len(user_ids)
+    order_id, credit_id = next_order_id, next_credit_id
+    order_rows: list[str] = []
+    log_rows: list[str] = []
+    credit_rows: list[str] = []
+    for day_index, count in enumerate(counts):
+        day = first_day + timedelta(days=day_index)
+        day_epoch = datetime(day.year, day.month, day.day, tzinfo=UTC).timestamp()
+        hours = rng.choices(range(24), weights=HOUR_WEIGHTS, k=count)
+        for created in sorted(day_epoch + hour * 3600 + rng.random() * 3600 for hour in hours):
+            # A few heavy users and a long tail; mostly small quantities with the odd bulk order.
+            user_id = user_ids[int(n_users * rng.random() ** 2)]
+            total = min(10_000, 1 + int(rng.expovariate(0.35)) if rng.random() > 0.002 else rng.randint(100, 2_000))
+            tx = f"{int(created * 1000):012x}{rng.getrandbits(80):020x}"
+            published = created + 0.01 + rng.random() * 0.2
+            credited = published + rng.lognormvariate(0.0, 1.0)
+            created_s, published_s = _fmt(created), _fmt(published)
+            payload = json.dumps(
+                {
+                    "schema_version": SCHEMA_VERSION,
+                    "transaction_id": tx,
+                    "order_id": order_id,
+                    "user_id": user_id,
+                    "total": total,
+                }
+            )
+            goods = GOODS[order_id % len(GOODS)]
+            order_rows.append(f"({order_id},{user_id},'{goods}',{total},'{tx}','{created_s}'{order_sql.tail})")
+            log_rows.append(
+                f"('{tx}','{BUSINESS_ORDER}','{order_id}','{payload}','published',1,"
+                f"'{created_s}','{published_s}','{created_s}'{log_sql.tail})"
+            )
+            credit_rows.append(
+                f"({credit_id},{user_id},{order_id},{2 * total},'{tx}','{_fmt(credited)}'{credit_sql.tail})"
+            )
+            order_id += 1
+            credit_id += 1
+            if len(order_rows) >= batch_orders:
+                yield _flush(order_sql, order_rows, log_sql, log_rows, credit_sql, credit_rows)
+                order_rows, log_rows, credit_rows = [], [], []
+    if order_rows:
+        yield _flush(order_sql, order_rows, log_sql, log_rows, credit_sql, credit_rows)
+
+
+def _flush(*pairs) -> list[tuple[str, int]]:
+    return [(builder.statement(rows), len(rows)) for builder, rows in zip(pairs[0::2], pairs[1::2], strict=True)]
+
+
+class _InsertBuilder:
+    """A multi-row INSERT for a model: the generated columns, then every other column at its model default."""
+
+    def __init__(self, model: type[models.Model], generated: list[str]) -> None:
+        concrete = [f for f in model._meta.concrete_fields if f.column not in generated]
+        literal = connection.connection.literal if connection.connection else None
+        if literal is None:
+            connection.ensure_connection()
+            literal = connection.connection.literal
+        defaults = [literal(f.get_db_prep_save(f.get_default(), connection=connection)).decode() for f in concrete]
+        columns = ", ".join(connection.ops.quote_name(c) for c in generated + [f.column for f in concrete])
+        table = connection.ops.quote_name(model._meta.db_table)
+        # Table and column names come from the models and values from the generator, never from input.
+        self.head = f"INSERT INTO {table} ({columns}) VALUES "  # noqa: S608
+        # Appended inside each row's parentheses after the generated values.
+        self.tail = "".join(f",{value}" for value in defaults)
+
+    def statement(self, rows: list[str]) -> str:
+        return self.head + ",".join(rows)
+
+
+def _fmt(ts: float) -> str:
+    """Format a Unix time as a MariaDB DATETIME(6) literal in UTC."""
+    seconds = int(ts)
+    return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(seconds))}.{int((ts - seconds) * 1_000_000):06d}"
+
+
+def _write_parallel(batches: Iterator[list[tuple[str, int]]], *, on_progress: Callable[[int], None] | None) -> int:
+    """Execute each table's statements on its own connection and thread, in order; return the rows written.
+
+    Generating the SQL (Python) and inserting into the three tables (MariaDB) overlap, which is what uses both
+    cores of a small machine. Each statement commits on its own, so a failed load leaves whole batches behind.
+    """
+    queues: list[Queue] = []
+    threads: list[threading.Thread] = []
+    failures: list[BaseException] = []
+    lock = threading.Lock()
+    written = 0
+
+    def write(queue: Queue) -> None:
+        nonlocal written
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SET SESSION unique_checks = 0, foreign_key_checks = 0")
+                while (item := queue.get()) is not None:
+                    if failures:
+                        continue
+                    statement, count = item
+                    with transaction.atomic():
+                        cursor.execute(statement)
+                    with lock:
+                        written += count
+                        if on_progress is not None:
+                            on_progress(count)
+        except BaseException as exc:  # re-raised in the calling thread
+            failures.append(exc)
+            while queue.get() is not None:
+                pass
+        finally:
+            connection.close()
+
+    try:
+        for statements in batches:
+            if not queues:
+                for _ in statements:
+                    queues.append(Queue(maxsize=2))
+                    threads.append(threading.Thread(target=write, args=(queues[-1],), daemon=True))
+                    threads[-1].start()
+            if failures:
+                break
+            for queue, item in zip(queues, statements, strict=True):
+                queue.put(item)
+    finally:
+        for queue in queues:
+            queue.put(None)
+        for thread in threads:
+            thread.join()
+    if failures:
+        raise failures[0]
+    return written
+
+
+# Each kind of inconsistency, and the id the nightly checks report for it (see analytics/checks.py).
+PLANTABLE = (
+    "order_without_log",
+    "log_without_order",
+    "missing_credit",
+    "credit_amount_mismatch",
+    "orphan_credit",
+    "stuck_outbox",
+)
+
+
+def plant_inconsistencies(*, day: date, per_kind: int = 3, seed: int | None = None) -> dict[str, list]:
+    """Break `per_kind` consistent orders of `day` in each plantable way; return what the checks must report.
+
+    duplicate_credit cannot be planted while order_credits.order_id is UNIQUE, and dead_letters_open belongs to
+    the credits consumer's table, so both are expected empty here.
+    """
+    rng = random.Random(seed)
+    start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+    candidates = list(
+        Order.objects.filter(created_at__gte=start, created_at__lt=start + timedelta(days=1))
+        .filter(credit__isnull=False)
+        .order_by("id")
+        .values_list("id", "transaction_id")
+    )
+    needed = per_kind * len(PLANTABLE)
+    if len(candidates) < needed:
+        raise ValueError(f"{day} has {len(candidates)} credited orders; planting needs {needed}")
+    picked = rng.sample(candidates, needed)
+    groups = {kind: sorted(picked[i * per_kind : (i + 1) * per_kind]) for i, kind in enumerate(PLANTABLE)}
+
+    def order_ids(kind: str) -> list[int]:
+        return [order_id for order_id, _ in groups[kind]]
+
+    def log_ids(kind: str) -> list[str]:
+        return [tx for _, tx in groups[kind]]
+
+    def logs_of(ids: list[int]):
+        return TransactionLog.objects.filter(business=BUSINESS_ORDER, foreign_key__in=[str(i) for i in ids])
+
+    expected: dict[str, list] = {"duplicate_credit": [], "dead_letters_open": []}
+    with transaction.atomic():
+        logs_of(order_ids("order_without_log")).delete()
+        expected["order_without_log"] = order_ids("order_without_log")
+
+        OrderCredit.objects.filter(order_id__in=order_ids("log_without_order")).delete()
+        Order.objects.filter(id__in=order_ids("log_without_order")).delete()
+        expected["log_without_order"] = sorted(log_ids("log_without_order"))
+
+        # The message was published but the credit never came: lost between broker and consumer.
+        OrderCredit.objects.filter(order_id__in=order_ids("missing_credit")).delete()
+
+        credits = OrderCredit.objects.filter(order_id__in=order_ids("credit_amount_mismatch"))
+        expected["credit_amount_mismatch"] = sorted(credits.values_list("id", flat=True))
+        credits.update(total=models.F("total") + 1)
+
+        orphans = OrderCredit.objects.filter(order_id__in=order_ids("orphan_credit"))
+        expected["orphan_credit"] = sorted(orphans.values_list("id", flat=True))
+        logs_of(order_ids("orphan_credit")).delete()
+        Order.objects.filter(id__in=order_ids("orphan_credit")).delete()
+
+        # Never published (the relay is failing), so never credited; the last one gave up and is dead.
+        stuck = order_ids("stuck_outbox")
+        OrderCredit.objects.filter(order_id__in=stuck).delete()
+        logs_of(stuck[:-1]).update(
+            status=TransactionLog.Status.PENDING,
+            attempts=3,
+            published_at=None,
+            next_attempt_at=models.F("created_at") + timedelta(minutes=5),
+            last_error="planted: broker unreachable",
+        )
+        logs_of(stuck[-1:]).update(
+            status=TransactionLog.Status.DEAD,
+            published_at=None,
+            attempts=10,
+            last_error="planted: gave up after 10 attempts",
+        )
+        expected["stuck_outbox"] = sorted(log_ids("stuck_outbox"))
+        expected["missing_credit"] = sorted(order_ids("missing_credit") + stuck)
+    return expected

@@ -1,0 +1,42 @@
+"""One SparkSession for every analytics test (starting a JVM costs seconds), and builders for small frames."""
+
+from datetime import UTC, datetime
+
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from analytics.extract import CREDITS_SCHEMA, DEAD_LETTERS_SCHEMA, LOGS_SCHEMA, ORDERS_SCHEMA
+from analytics.spark import spark_session_create
+
+
+@pytest.fixture(scope="session")
+def spark() -> SparkSession:
+    # Two cores and two shuffle partitions: test frames have a handful of rows.
+    session = spark_session_create(master="local[2]", overrides={"spark.sql.shuffle.partitions": "2"})
+    yield session
+    session.stop()
+
+
+def at(day: int, hour: int = 12, minute: int = 0, second: int = 0, *, month: int = 11) -> datetime:
+    """An instant in November 2026, UTC."""
+    return datetime(2026, month, day, hour, minute, second, tzinfo=UTC)
+
+
+@pytest.fixture
+def frames(spark):
+    """Build the extract-shaped frames from tuples in schema order."""
+
+    class Frames:
+        def orders(self, *rows) -> DataFrame:
+            return spark.createDataFrame(list(rows), ORDERS_SCHEMA)
+
+        def logs(self, *rows) -> DataFrame:
+            return spark.createDataFrame(list(rows), LOGS_SCHEMA)
+
+        def credits(self, *rows) -> DataFrame:
+            return spark.createDataFrame(list(rows), CREDITS_SCHEMA)
+
+        def dead_letters(self, *rows) -> DataFrame:
+            return spark.createDataFrame(list(rows), DEAD_LETTERS_SCHEMA)
+
+    return Frames()

@@ -1,0 +1,173 @@
+"""The command as operators and Celery run it: a separate process, exit codes, and a Spark standalone cluster.
+
+The cluster is started from the pyspark distribution on loopback (master and one worker), the same job runs
+against it with SPARK_MASTER=spark://127.0.0.1:<port>, and everything started here is stopped, even on failure.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import timedelta
+from pathlib import Path
+
+import pyspark
+import pytest
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+from analytics.models import NightlyRun
+from analytics.seed import seed_demo_data
+from orders.models import Order
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+SPARK_HOME = Path(pyspark.__file__).parent
+# Ports in this project's range for the analytics helper: master, its UI, worker, its UI, driver, block manager.
+MASTER_PORT, MASTER_UI, WORKER_PORT, WORKER_UI, DRIVER_PORT, BLOCK_PORT = range(18577, 18583)
+DAY = timezone.now().date() - timedelta(days=1)
+
+
+def command_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    """The environment of a run against this test's database (its rows are committed) and report directory."""
+    db = connection.settings_dict
+    return {
+        **os.environ,
+        "DATABASE_URL": f"mysql://{db['USER']}:{db['PASSWORD']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 3306}/"
+        f"{db['NAME']}",
+        "REPORTS_DIR": str(tmp_path / "reports"),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        **extra,
+    }
+
+
+def run_command(env: dict[str, str], *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(settings.BASE_DIR / "manage.py"), "run_nightly_reports", *args],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def start(name: str, *args: str, env: dict[str, str], log: Path) -> subprocess.Popen:
+    """Start a Spark daemon in the foreground, in its own process group so it can be stopped with its children."""
+    return subprocess.Popen(
+        [str(SPARK_HOME / "bin" / "spark-class"), name, *args],
+        env=env,
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(timeout=10)
+
+
+def wait_for_worker(deadline: float) -> None:
+    """Wait until the master's status page lists one alive worker."""
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{MASTER_UI}/json/", timeout=2) as response:  # noqa: S310
+                if json.load(response).get("aliveworkers", 0) >= 1:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise TimeoutError("the Spark standalone worker did not register with the master")
+
+
+@pytest.fixture
+def standalone_cluster(tmp_path):
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(SPARK_HOME),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "SPARK_WORKER_DIR": str(tmp_path / "work"),
+        "SPARK_NO_DAEMONIZE": "1",
+    }
+    processes = []
+    try:
+        processes.append(
+            start(
+                "org.apache.spark.deploy.master.Master",
+                *("--host", "127.0.0.1", "--port", str(MASTER_PORT), "--webui-port", str(MASTER_UI)),
+                env=env,
+                log=tmp_path / "master.log",
+            )
+        )
+        processes.append(
+            start(
+                "org.apache.spark.deploy.worker.Worker",
+                *("--host", "127.0.0.1", "--port", str(WORKER_PORT), "--webui-port", str(WORKER_UI)),
+                *("--cores", "2", "--memory", "1g", f"spark://127.0.0.1:{MASTER_PORT}"),
+                env=env,
+                log=tmp_path / "worker.log",
+            )
+        )
+        wait_for_worker(time.monotonic() + 120)
+        yield f"spark://127.0.0.1:{MASTER_PORT}"
+    finally:
+        for process in reversed(processes):
+            stop(process)
+
+
+def test_the_job_runs_on_a_standalone_cluster(standalone_cluster, tmp_path):
+    seed_demo_data(orders=500, days=2, users=20, end=DAY, seed=21)
+    env = command_env(
+        tmp_path,
+        SPARK_MASTER=standalone_cluster,
+        SPARK_EXECUTOR_MEMORY="512m",
+        SPARK_CONF=(
+            f"spark.driver.host=127.0.0.1,spark.driver.port={DRIVER_PORT},spark.blockManager.port={BLOCK_PORT}"
+        ),
+    )
+    completed = run_command(env, "--date", str(DAY))
+    assert completed.returncode == 0, completed.stdout + completed.stderr[-3000:]
+    assert f"on {standalone_cluster}" in completed.stdout
+    assert f"master={standalone_cluster}" in completed.stdout
+    report = json.loads((tmp_path / "reports" / str(DAY) / "consistency.json").read_text())
+    assert report["ok"] is True
+    placed = Order.objects.filter(created_at__date=DAY).count()
+    analytics = json.loads((tmp_path / "reports" / str(DAY) / "analytics.json").read_text())
+    assert analytics["orders"] == placed
+    run = NightlyRun.objects.get()
+    assert (run.status, run.spark_master, run.orders) == ("succeeded", standalone_cluster, placed)
+    # The executors, not the driver, wrote the Parquet files: the worker kept a directory for the application.
+    assert any((tmp_path / "work").iterdir())
+
+
+def test_violations_exit_zero_and_a_failed_job_exits_non_zero(tmp_path):
+    seed_demo_data(orders=200, days=1, users=10, end=DAY, seed=22)
+    with connection.cursor() as cursor:
+        cursor.execute("DELETE FROM order_credits ORDER BY id LIMIT 3")
+
+    found = run_command(command_env(tmp_path, SPARK_MASTER="local[2]"), "--date", str(DAY))
+    assert found.returncode == 0, found.stderr[-3000:]
+    assert f"{DAY}: 3 violations (missing_credit=3)" in found.stdout
+    assert "[3/7] look-ups outside the window done" in found.stdout  # per-stage progress
+
+    broken = run_command(
+        command_env(tmp_path, SPARK_MASTER="local[2]", SPARK_JDBC_JAR=str(tmp_path / "missing.jar")),
+        "--date",
+        str(DAY),
+    )
+    assert broken.returncode == 1
+    assert "nightly run failed" in broken.stderr
+    failed = NightlyRun.objects.order_by("-id").first()
+    assert (failed.status, failed.stage) == ("failed", "extract")
+    assert "ClassNotFoundException" in failed.error or "Driver" in failed.error

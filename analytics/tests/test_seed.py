@@ -1,0 +1,73 @@
+"""seed_demo_data: a consistent history, fast, and planting exactly what it says."""
+
+from datetime import date
+
+import pytest
+from django.core.management import call_command
+from django.db.models import F, Max, Min
+
+from analytics.seed import plant_inconsistencies, seed_demo_data
+from credits.models import OrderCredit
+from orders.models import Order
+from outbox.models import TransactionLog
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+END = date(2026, 11, 20)
+
+
+def test_seed_writes_orders_published_logs_and_matching_credits():
+    result = seed_demo_data(orders=2_000, days=4, users=50, end=END, seed=3, batch_orders=300)
+    assert (result.orders, result.users, result.rows) == (2_000, 50, 6_000)
+    assert Order.objects.count() == TransactionLog.objects.count() == OrderCredit.objects.count() == 2_000
+    span = Order.objects.aggregate(first=Min("created_at"), last=Max("created_at"))
+    assert span["first"].date() == date(2026, 11, 17) and span["last"].date() == END
+    # Ids follow time, so the nightly job's id-partitioned reads and MIN(id) "first order" hold.
+    by_time = list(Order.objects.order_by("created_at", "id").values_list("id", flat=True))
+    assert by_time == sorted(by_time)
+    assert not OrderCredit.objects.exclude(total=2 * F("order__total")).exists()
+    assert not OrderCredit.objects.exclude(transaction_id=F("order__transaction_id")).exists()
+    assert not OrderCredit.objects.filter(created_at__lt=F("order__created_at")).exists()
+    assert set(TransactionLog.objects.values_list("status", flat=True)) == {"published"}
+    order = Order.objects.order_by("?").first()
+    log = TransactionLog.objects.get(business="order", foreign_key=str(order.pk))
+    assert log.id == order.transaction_id and log.created_at == order.created_at
+    assert log.payload == {
+        "schema_version": 1,
+        "transaction_id": order.transaction_id,
+        "order_id": order.pk,
+        "user_id": order.user_id,
+        "total": order.total,
+    }
+
+
+def test_seeding_twice_appends_after_the_existing_ids():
+    seed_demo_data(orders=100, days=1, users=5, end=END, seed=1)
+    second = seed_demo_data(orders=100, days=1, users=5, end=END, seed=2)
+    assert (second.first_order_id, second.last_order_id) == (101, 200)
+    assert OrderCredit.objects.count() == 200
+
+
+def test_plant_returns_what_it_broke():
+    seed_demo_data(orders=200, days=1, users=10, end=END, seed=4)
+    planted = plant_inconsistencies(day=END, per_kind=2, seed=4)
+    assert len(planted["order_without_log"]) == 2 and len(planted["missing_credit"]) == 4
+    assert not TransactionLog.objects.filter(foreign_key__in=[str(i) for i in planted["order_without_log"]]).exists()
+    assert (
+        not Order.objects.filter(transaction_id__in=planted["log_without_order"]).exists()
+        and TransactionLog.objects.filter(id__in=planted["log_without_order"]).count() == 2
+    )
+    assert not OrderCredit.objects.filter(order_id__in=planted["missing_credit"]).exists()
+    assert set(TransactionLog.objects.filter(id__in=planted["stuck_outbox"]).values_list("status", flat=True)) == {
+        "pending",
+        "dead",
+    }
+    assert planted["duplicate_credit"] == [] and planted["dead_letters_open"] == []
+
+
+def test_command_prints_rate_and_plants(capsys):
+    call_command("seed_demo_data", "--orders", "300", "--days", "2", "--users", "7", "--end", "2026-11-20", "--plant")
+    out = capsys.readouterr().out
+    assert "loaded 300 orders for 7 users over 2 days ending 2026-11-20" in out
+    assert "rows/s" in out
+    assert "missing_credit: [" in out and "duplicate_credit: []  (not plantable here" in out

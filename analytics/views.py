@@ -1,0 +1,62 @@
+"""Staff pages: the history of nightly runs, and each day's HTML report and JSON files."""
+
+from datetime import date
+
+from django.contrib import admin
+from django.contrib.admin.views.decorators import staff_member_required
+from django.http import FileResponse, Http404, HttpRequest, HttpResponse
+from django.shortcuts import get_object_or_404, render
+
+from analytics import selectors
+from analytics.load import report_dir
+from analytics.models import NightlyRun
+
+REPORT_FILES = {
+    "report.html": "text/html; charset=utf-8",
+    "analytics.json": "application/json",
+    "consistency.json": "application/json",
+}
+# The report is our own page with inline styles and images, and no scripts: allow exactly that.
+REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+
+
+@staff_member_required
+def run_list(request: HttpRequest) -> HttpResponse:
+    """List the nightly runs, newest first, with a link to each day's report."""
+    runs = list(selectors.run_list()[:200])
+    for run in runs:
+        run.report_dates = [d for d in selectors.run_dates(run=run) if (report_dir(d) / "report.html").exists()]
+    return render(
+        request,
+        "analytics/run_list.html",
+        {**admin.site.each_context(request), "title": "Nightly reports", "runs": runs},
+    )
+
+
+@staff_member_required
+def run_detail(request: HttpRequest, run_id: int) -> HttpResponse:
+    """Show one run: its counts, its error if it failed, and what each check found per day."""
+    run = get_object_or_404(NightlyRun, pk=run_id)
+    results = selectors.run_check_results(run=run)
+    return render(
+        request,
+        "analytics/run_detail.html",
+        {**admin.site.each_context(request), "title": f"Nightly run #{run.pk}", "run": run, "results": results},
+    )
+
+
+@staff_member_required
+def report_file(request: HttpRequest, day: str, name: str = "report.html") -> FileResponse:
+    """Serve a day's report.html, analytics.json or consistency.json."""
+    try:
+        parsed = date.fromisoformat(day)
+    except ValueError:
+        raise Http404("no such day") from None
+    if name not in REPORT_FILES:
+        raise Http404("no such report file")
+    path = report_dir(parsed) / name
+    if not path.is_file():
+        raise Http404(f"no {name} for {parsed}")
+    response = FileResponse(path.open("rb"), content_type=REPORT_FILES[name])
+    response["Content-Security-Policy"] = REPORT_CSP
+    return response
