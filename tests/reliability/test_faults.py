@@ -1,0 +1,119 @@
+"""The short fault-injection run: a steady stream of retried orders while workers, relays, the broker and database
+connections fail; afterwards nothing is lost, nothing is credited twice, every amount is right, and the nightly
+consistency job agrees. `bench/soak.py` runs the same faults for as long as you like.
+"""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+from rest_framework.authtoken.models import Token
+
+from config.celery import CREDITS_QUEUE, app
+from orders.models import Order
+from tests.reliability.harness import (
+    ROOT,
+    Ledger,
+    OrderStream,
+    kill_database_connections,
+    rabbitmqctl,
+    wait_for_credits,
+)
+
+pytestmark = pytest.mark.slow
+
+RATE = 20  # orders per second, across all clients
+DRAIN_LIMIT_SECONDS = 60
+
+
+def redeliver(order_ids: list[int]) -> int:
+    """Publish the credit messages of already-credited orders a second time (a duplicate delivery)."""
+    from outbox.models import TransactionLog
+
+    rows = TransactionLog.objects.filter(business="order", foreign_key__in=[str(i) for i in order_ids])
+    with app.producer_or_acquire() as producer:
+        for row in rows:
+            app.send_task(
+                "credits.award_credits",
+                kwargs={"message": row.payload},
+                task_id=row.id,
+                queue=CREDITS_QUEUE,
+                producer=producer,
+            )
+    return len(rows)
+
+
+def run_nightly(cluster, day: str) -> dict:
+    env = {**cluster.env(), "CONSISTENCY_GRACE_SECONDS": "0"}
+    result = subprocess.run(
+        [sys.executable, "manage.py", "run_nightly_reports", "--date", day],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    return json.loads((cluster.workdir / "reports" / day / "consistency.json").read_text())
+
+
+def test_nothing_lost_or_doubled_under_faults(cluster, make_user, capsys):
+    users = [make_user(f"reliability{i}") for i in range(4)]
+    user_ids = [u.pk for u in users]
+    tokens = [Token.objects.create(user=u).key for u in users]
+    cluster.start()
+    ledger = Ledger()
+    stream = OrderStream(cluster.base_url, tokens, rate=RATE, ledger=ledger)
+    faults: list[str] = []
+    broker_down: tuple[float, float] | None = None
+    stream.start()
+    try:
+        time.sleep(4)
+        faults.append(f"SIGKILL credits pool processes: {cluster.kill_pool_children('credits')}")
+        time.sleep(4)
+        cluster.kill("relay")
+        faults.append("SIGKILL relay_outbox")
+        time.sleep(1)
+        cluster.start("relay")
+        time.sleep(3)
+        down_at = time.monotonic()
+        rabbitmqctl("stop_app")
+        faults.append("rabbitmqctl stop_app")
+        time.sleep(6)
+        rabbitmqctl("start_app")
+        broker_down = (down_at, time.monotonic())
+        faults.append("rabbitmqctl start_app")
+        time.sleep(4)
+        faults.append(f"KILL database connections: {kill_database_connections(connection.settings_dict['NAME'])}")
+        time.sleep(3)
+        faults.append(f"SIGKILL credits pool processes: {cluster.kill_pool_children('credits')}")
+        time.sleep(3)
+    finally:
+        stream.stop()
+    credited = list(Order.objects.filter(user_id__in=user_ids, credit__isnull=False).values_list("id", flat=True)[:20])
+    faults.append(f"duplicate deliveries: {redeliver(credited)}")
+
+    result, drained_in = wait_for_credits(ledger, user_ids, timeout=DRAIN_LIMIT_SECONDS)
+    time.sleep(2)  # let the duplicate deliveries land before the final count
+    result, _ = wait_for_credits(ledger, user_ids, timeout=5)
+    with capsys.disabled():
+        print(f"\nfaults: {faults}\nclient statuses: {dict(ledger.statuses)}\n{result}\ndrained in {drained_in:.1f}s")
+
+    assert ledger.attempted > 100
+    assert result.lost == 0
+    assert result.gave_up == 0
+    assert result.unacknowledged_stored == 0
+    assert result.missing_credits == 0, cluster.logs("credits") + cluster.logs("relay")
+    assert result.duplicated_credits == 0
+    assert result.wrong_amounts == 0
+    assert result.balance_mismatches == 0
+    assert drained_in <= DRAIN_LIMIT_SECONDS
+    start, end = broker_down
+    assert [s for t, s in ledger.server_errors if start <= t <= end + 1] == [], "5xx while only the broker was down"
+
+    report = run_nightly(cluster, timezone.now().date().isoformat())
+    assert report["ok"] is True, json.dumps(report["checks"], indent=1)
