@@ -1,0 +1,116 @@
+"""Long soak under faults: a steady stream of retried orders while workers, the relay, the broker and database
+connections are killed in turn, then a Jepsen-style summary of what was attempted, acknowledged, lost and duplicated.
+
+    .venv/bin/python bench/soak.py --minutes 10 [--rate 30] [--fault-every 15]
+
+It uses its own database (BENCH_DATABASE_URL, default creditshop_bench) and the broker of CELERY_BROKER_URL, and
+stops RabbitMQ's app (rabbitmqctl stop_app / start_app) during the run: do not point it at a shared broker.
+"""
+
+import argparse
+import itertools
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from common import BENCH_DATABASE_URL, setup_django  # noqa: E402
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=5)
+    parser.add_argument("--rate", type=float, default=30, help="orders per second across all clients")
+    parser.add_argument("--clients", type=int, default=6)
+    parser.add_argument("--fault-every", type=float, default=15, help="seconds between faults")
+    parser.add_argument("--drain-limit", type=float, default=60)
+    args = parser.parse_args()
+
+    setup_django()
+    from django.conf import settings
+    from django.contrib.auth import get_user_model
+    from django.db import connection
+    from rest_framework.authtoken.models import Token
+    from tqdm import tqdm
+
+    from tests.reliability.conftest import purge_queues
+    from tests.reliability.harness import (
+        Cluster,
+        Ledger,
+        OrderStream,
+        kill_database_connections,
+        rabbitmqctl,
+        wait_for_credits,
+    )
+
+    run = time.strftime("%Y%m%d%H%M%S")
+    users = [get_user_model().objects.create(username=f"soak-{run}-{i}") for i in range(args.clients)]
+    tokens = [Token.objects.create(user=u).key for u in users]
+    user_ids = [u.pk for u in users]
+    purge_queues()
+    workdir = Path(tempfile.mkdtemp(prefix="creditshop-soak-"))
+    cluster = Cluster(database_url=BENCH_DATABASE_URL, broker_url=settings.CELERY_BROKER_URL, workdir=workdir)
+
+    def kill_consumer():
+        return f"SIGKILL {cluster.kill_pool_children('credits')} consumer pool processes"
+
+    def kill_relay():
+        cluster.kill("relay")
+        time.sleep(1)
+        cluster.start("relay")
+        return "SIGKILL relay_outbox, restarted after 1 s"
+
+    def broker_outage():
+        rabbitmqctl("stop_app")
+        time.sleep(min(10, args.fault_every / 2))
+        rabbitmqctl("start_app")
+        return "rabbitmqctl stop_app, start_app"
+
+    def kill_connections():
+        return f"KILL {kill_database_connections(connection.settings_dict['NAME'])} database connections"
+
+    faults = itertools.cycle([kill_consumer, kill_relay, broker_outage, kill_connections])
+    injected: list[str] = []
+    ledger = Ledger()
+    cluster.start()
+    stream = OrderStream(cluster.base_url, tokens, rate=args.rate, ledger=ledger)
+    try:
+        stream.start()
+        deadline = time.monotonic() + args.minutes * 60
+        with tqdm(total=int(args.minutes * 60), desc="soak", unit="s") as bar:
+            next_fault = time.monotonic() + args.fault_every
+            while time.monotonic() < deadline:
+                time.sleep(1)
+                bar.update(1)
+                bar.set_postfix(acked=len(ledger.acknowledged), faults=len(injected))
+                if time.monotonic() >= next_fault:
+                    injected.append(next(faults)())
+                    next_fault = time.monotonic() + args.fault_every
+        stream.stop()
+        result, drained_in = wait_for_credits(ledger, user_ids, timeout=args.drain_limit)
+    finally:
+        stream.stop()
+        cluster.stop()
+
+    print()
+    print(f"faults injected:   {len(injected)}")
+    for line in sorted(set(injected)):
+        print(f"  {injected.count(line):3d} x {line}")
+    print(f"client responses:  {dict(ledger.statuses)}")
+    print(f"attempted:         {result.attempted}")
+    print(f"acknowledged:      {result.acknowledged}")
+    print(f"stored:            {result.stored}")
+    print(f"lost:              {result.lost}")
+    print(f"duplicated:        {result.duplicated_credits} credits, {result.unacknowledged_stored} unacked orders")
+    print(f"wrong amounts:     {result.wrong_amounts}")
+    print(f"balance mismatch:  {result.balance_mismatches}")
+    print(f"recovered:         {result.credited} of {result.stored} orders credited")
+    print(f"drain time:        {drained_in:.1f} s after the last fault (limit {args.drain_limit:.0f} s)")
+    print(f"verdict:           {'OK' if result.ok else 'FAILED'}   (logs: {workdir / 'logs'})")
+    return 0 if result.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
