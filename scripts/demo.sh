@@ -34,8 +34,8 @@ echo "==> Admin user"
 ADMIN_PASSWORD=$($PY -c "import secrets; print(secrets.token_urlsafe(12))")
 DJANGO_SUPERUSER_PASSWORD=$ADMIN_PASSWORD $PY manage.py createsuperuser --noinput --username admin \
   --email admin@example.com >/dev/null 2>&1 || \
-  $PY manage.py shell -c "from django.contrib.auth import get_user_model as g; u=g().objects.get(username='admin'); u.set_password('$ADMIN_PASSWORD'); u.save()"
-$PY manage.py shell -c "from django.contrib.auth import get_user_model as g; g().objects.get_or_create(username='demo')"
+  $PY manage.py shell --verbosity 0 -c "from django.contrib.auth import get_user_model as g; u=g().objects.get(username='admin'); u.set_password('$ADMIN_PASSWORD'); u.save()"
+$PY manage.py shell --verbosity 0 -c "from django.contrib.auth import get_user_model as g; g().objects.get_or_create(username='demo')"
 TOKEN=$($PY manage.py drf_create_token demo | awk '{print $3}')
 
 echo "==> Starting processes"

@@ -24,9 +24,15 @@ def main() -> int:
     for i in tqdm(range(args.orders), desc="placing orders", unit="order"):
         total = 1 + i % 5
         body = {"goods_name": f"demo item {i}", "total": total}
-        response = session.post(
-            f"{args.base_url}/api/orders/", json=body, headers={"Idempotency-Key": str(uuid.uuid4())}, timeout=10
-        )
+        key = str(uuid.uuid4())
+        while True:
+            response = session.post(
+                f"{args.base_url}/api/orders/", json=body, headers={"Idempotency-Key": key}, timeout=10
+            )
+            if response.status_code != 429:
+                break
+            # Over the rate limit: wait as told and retry with the same key, so the order is placed exactly once.
+            time.sleep(float(response.headers.get("Retry-After", 1)))
         if response.status_code != 201:
             print(f"order {i}: HTTP {response.status_code} {response.text[:200]}", file=sys.stderr)
             return 1
