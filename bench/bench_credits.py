@@ -230,8 +230,12 @@ def main() -> int:
     servers_cpu = {name: cpu_seconds(pid) for name, pid in servers.items()}
     processes = workers_start(args, log_dir)
     started = time.monotonic()
+    warm_cpu = None
     try:
-        while bench_credits(order_range).count() < args.messages:
+        while (done := bench_credits(order_range).count()) < args.messages:
+            if warm_cpu is None and done:
+                # Worker CPU once the first award landed: start-up excluded from the steady-state figure below.
+                warm_cpu, warm_done = sum(tree_cpu_seconds(p.pid) for p in processes), done
             if any(p.poll() is not None for p in processes):
                 raise SystemExit(f"a worker exited; see {log_dir}/bench-credits-worker-*.log")
             if time.monotonic() - started > 600:
@@ -244,6 +248,7 @@ def main() -> int:
                 time.sleep(0.2)
         wall = time.monotonic() - started
         workers_cpu = sum(tree_cpu_seconds(p.pid) for p in processes)
+        steady_cpu = (workers_cpu - warm_cpu) / (sent - warm_done) if warm_cpu is not None else float("nan")
         servers_cpu = {name: cpu_seconds(pid) - servers_cpu[name] for name, pid in servers.items()}
     finally:
         workers_stop(processes)
@@ -275,8 +280,14 @@ def main() -> int:
     print(f"messages:           {args.messages} distinct + {sent - args.messages} re-deliveries")
     print(f"drain rate:         {rate:,.0f} awards/s (first to last credit row, by created_at)")
     print(f"wall time:          {wall:.2f} s from worker start to empty queue (includes worker start-up)")
-    cpu = {"workers (incl. start-up)": workers_cpu, **servers_cpu}
-    print("cpu per award:      " + ", ".join(f"{name} {seconds / sent * 1e3:.2f} ms" for name, seconds in cpu.items()))
+    print(
+        f"worker cpu/award:   {steady_cpu * 1e3:.2f} ms steady state, {workers_cpu / sent * 1e3:.2f} ms with start-up"
+    )
+    print(
+        "server cpu/award:   "
+        + ", ".join(f"{name} {seconds / sent * 1e3:.2f} ms" for name, seconds in servers_cpu.items())
+        + " (whole servers: includes anything else they served meanwhile)"
+    )
     print(f"load average:       {os.getloadavg()[0]:.2f} (1 min; 2 cores shared with other work)")
     print(f"credit rows:        {rows} for {distinct_orders} orders (expected {args.messages} for {args.messages})")
     print(f"credits awarded:    {awarded_total} (expected {expected_total})")

@@ -26,9 +26,10 @@ FIRST_FAILED_HEADER = "credits_first_failed_at"
 def _first_failed_at(request) -> datetime | None:
     value = (request.headers or {}).get(FIRST_FAILED_HEADER) or getattr(request, FIRST_FAILED_HEADER, None)
     try:
-        return datetime.fromisoformat(value) if isinstance(value, str) else None
+        first = datetime.fromisoformat(value) if isinstance(value, str) else None
     except ValueError:
         return None
+    return first if first is not None and first.tzinfo is not None else None
 
 
 def _fail(task: Task, exc: Exception, payload: Any) -> NoReturn:
