@@ -140,6 +140,11 @@ def claim_due(*, limit: int, lease_seconds: float | None = None) -> Claim:
     return Claim(messages=[ClaimedMessage(*row) for row in rows], lease_until=lease_until)
 
 
+_ORIGIN = f"outbox-relay@{socket.gethostname()}"
+# Celery's own cap on the argument summaries it puts in the headers.
+_REPR_MAX = 1024
+
+
 def build_task_message(message: ClaimedMessage) -> amqp.Message:
     """Return the Celery protocol-2 task message for one outbox row, built by Celery itself.
 
@@ -154,7 +159,7 @@ def build_task_message(message: ClaimedMessage) -> amqp.Message:
         kwargs=kwargs,
         # The payload is small and flat; repr() says the same as Celery's saferepr at a fraction of the cost.
         argsrepr="()",
-        kwargsrepr=repr(kwargs),
+        kwargsrepr=repr(kwargs)[:_REPR_MAX],
         origin=_ORIGIN,
     )
     content_type, content_encoding, data = dumps(body, serializer="json")
@@ -167,9 +172,6 @@ def build_task_message(message: ClaimedMessage) -> amqp.Message:
         message_id=message.id,
         **properties,
     )
-
-
-_ORIGIN = f"outbox-relay@{socket.gethostname()}"
 
 
 def close_connection(conn, *, graceful: bool = True, timeout: float = 2.0) -> None:
