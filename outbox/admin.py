@@ -14,6 +14,7 @@ from django.utils.functional import cached_property
 from django.utils.timesince import timesince
 
 from orders.admin import FastListAdmin
+from orders.services import BUSINESS_ORDER
 from outbox.models import TransactionLog
 from outbox.services import messages_discard, messages_retry_now
 
@@ -116,7 +117,7 @@ class TransactionLogAdmin(FastListAdmin):
         if not term:
             return queryset, False
         # Each branch is an index lookup: the primary key, or UNIQUE (business, foreign_key).
-        return queryset.filter(Q(id=term) | Q(business="order", foreign_key=term)), False
+        return queryset.filter(Q(id=term) | Q(business=BUSINESS_ORDER, foreign_key=term)), False
 
     @admin.display(description="last error")
     def short_error(self, obj: TransactionLog) -> str:

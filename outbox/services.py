@@ -7,6 +7,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from config.errors import ApplicationError
+from outbox import wakeup
 from outbox.models import TransactionLog
 
 SCHEMA_VERSION = 1
@@ -36,9 +37,7 @@ def message_create(*, transaction_id: str, business: str, foreign_key: str, payl
 
 def wake_relay() -> None:
     """Ask a relay to publish what is due now; returns at once and never raises, even with the broker down."""
-    from outbox.wakeup import waker
-
-    waker.wake()
+    wakeup.waker.wake()
 
 
 def messages_retry_now(*, ids: Iterable[str]) -> int:

@@ -2,6 +2,7 @@
 
 import logging
 import os
+import threading
 from datetime import timedelta
 
 from celery import shared_task
@@ -18,22 +19,20 @@ RELAY_TIME_BUDGET_SECONDS = 30.0
 # Retention stops after this many batches per run so one run never holds a worker for long; the next run goes on.
 PURGE_MAX_BATCHES = 1000
 
-_publisher: Publisher | None = None
-_publisher_pid: int | None = None
+_local = threading.local()
 _outage = OutageLog("broker (relay task)", log=logger)
 
 
-def _process_publisher() -> Publisher:
-    """Return this worker process's publisher: one confirm-mode connection kept open across tasks."""
-    global _publisher, _publisher_pid
-    if _publisher is None or _publisher_pid != os.getpid():
-        _publisher, _publisher_pid = Publisher(), os.getpid()
-    return _publisher
+def _worker_publisher() -> Publisher:
+    """Return this worker process's (or thread's, under -P threads) publisher, kept connected across tasks."""
+    if getattr(_local, "pid", None) != os.getpid():
+        _local.publisher, _local.pid = Publisher(), os.getpid()
+    return _local.publisher
 
 
 def _relay() -> int:
     try:
-        published = drain(_process_publisher(), time_budget=RELAY_TIME_BUDGET_SECONDS)
+        published = drain(_worker_publisher(), time_budget=RELAY_TIME_BUDGET_SECONDS)
     except BrokerUnavailable as exc:
         # No retry from here: the next wake-up or sweep tries again, and the outage is logged once, not per task.
         _outage.failed(exc)

@@ -1,6 +1,7 @@
 """Broker outage: the relay claims nothing, warns once, backs off, and drains by itself when the broker returns."""
 
 import logging
+import statistics
 import subprocess
 import threading
 import time
@@ -94,7 +95,13 @@ def test_orders_are_accepted_quickly_while_the_broker_is_down(user, monkeypatch,
 
     assert TransactionLog.objects.filter(status=TransactionLog.Status.PENDING).count() == 20
     # The wake-up costs the request nothing: no broker round trip, no retry loop in the request thread.
-    assert sorted(timings)[len(timings) // 2] < 0.05, timings
+    wake_timings = []
+    for _ in range(100):
+        started = time.perf_counter()
+        down.wake()
+        wake_timings.append(time.perf_counter() - started)
+    assert statistics.median(wake_timings) < 0.001, wake_timings
+    assert statistics.median(timings) < 0.1, timings
     assert wait_until(lambda: any("unreachable" in r.getMessage() for r in caplog.records), timeout=5)
     assert down.sent == 0
     time.sleep(0.5)
