@@ -9,9 +9,9 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
+from config.admin import FastListAdmin, ReadOnlyAdminMixin
 from credits import services
 from credits.models import DeadLetter, OrderCredit
-from orders.admin import FastListAdmin
 
 REPLAY_PERMISSION = "replay_deadletter"
 FAILURES_SHOWN = 5
@@ -24,7 +24,7 @@ class DiscardForm(forms.Form):
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(admin.ModelAdmin):
+class DeadLetterAdmin(ReadOnlyAdminMixin, FastListAdmin):
     list_display = (
         "id",
         "message_id",
@@ -40,21 +40,10 @@ class DeadLetterAdmin(admin.ModelAdmin):
     search_fields = ("=message_id", "=transaction_id", "=order_id", "error")
     ordering = ("-last_failed_at",)
     actions = ("replay", "discard")
-    list_per_page = 50
 
     @admin.display(description="error")
     def short_error(self, obj: DeadLetter) -> str:
         return obj.error if len(obj.error) <= 120 else obj.error[:117] + "..."
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        # Rows change only through the actions below, so every change records who made it.
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     def has_replay_permission(self, request: HttpRequest) -> bool:
         """Return whether the user may replay or discard: staff holding credits.replay_deadletter."""
@@ -109,16 +98,7 @@ class DeadLetterAdmin(admin.ModelAdmin):
 
 
 @admin.register(OrderCredit)
-class OrderCreditAdmin(FastListAdmin):
+class OrderCreditAdmin(ReadOnlyAdminMixin, FastListAdmin):
     list_display = ("id", "order_id", "user_id", "total", "transaction_id", "created_at")
     search_fields = ("=order__id", "=user__id", "=transaction_id")
     ordering = ("-id",)
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False

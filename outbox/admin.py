@@ -6,14 +6,12 @@ from django import forms
 from django.conf import settings
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
-from django.core.paginator import Paginator
 from django.db.models import Q
 from django.template.response import TemplateResponse
 from django.utils import timezone
-from django.utils.functional import cached_property
 from django.utils.timesince import timesince
 
-from orders.admin import FastListAdmin
+from config.admin import FastListAdmin, ReadOnlyAdminMixin
 from orders.services import BUSINESS_ORDER
 from outbox.models import TransactionLog
 from outbox.services import messages_discard, messages_retry_now
@@ -21,16 +19,6 @@ from outbox.services import messages_discard, messages_retry_now
 Status = TransactionLog.Status
 # "Select all N" on a filter matching millions must not turn into one enormous UPDATE.
 MAX_ACTION_ROWS = 10_000
-# Counting past this many matches costs more than it tells; the page says "10,000+" instead.
-COUNT_CAP = 10_000
-
-
-class CappedCountPaginator(Paginator):
-    """A paginator that counts at most COUNT_CAP + 1 rows, so a filter matching millions still answers at once."""
-
-    @cached_property
-    def count(self) -> int:
-        return self.object_list[: COUNT_CAP + 1].count()
 
 
 class DeliveryFilter(admin.SimpleListFilter):
@@ -86,8 +74,7 @@ class DiscardForm(forms.Form):
 
 
 @admin.register(TransactionLog)
-class TransactionLogAdmin(FastListAdmin):
-    paginator = CappedCountPaginator
+class TransactionLogAdmin(ReadOnlyAdminMixin, FastListAdmin):
     list_display = ("id", "business", "foreign_key", "status", "attempts", "short_error", "age", "next_attempt_at")
     list_filter = (DeliveryFilter,)
     search_fields = ("=id",)
@@ -126,15 +113,6 @@ class TransactionLogAdmin(FastListAdmin):
     @admin.display(description="age", ordering="created_at")
     def age(self, obj: TransactionLog) -> str:
         return timesince(obj.created_at, timezone.now())
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     def has_manage_permission(self, request) -> bool:
         return request.user.is_active and request.user.is_staff and request.user.has_perm("outbox.manage_outbox")
