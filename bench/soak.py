@@ -78,18 +78,22 @@ def main() -> int:
     stream = OrderStream(cluster.base_url, tokens, rate=args.rate, ledger=ledger)
     try:
         stream.start()
-        deadline = time.monotonic() + args.minutes * 60
+        started = time.monotonic()
+        deadline = started + args.minutes * 60
+        last_fault_end = started
         with tqdm(total=int(args.minutes * 60), desc="soak", unit="s") as bar:
-            next_fault = time.monotonic() + args.fault_every
+            next_fault = started + args.fault_every
             while time.monotonic() < deadline:
                 time.sleep(1)
-                bar.update(1)
+                bar.update(min(bar.total, int(time.monotonic() - started)) - bar.n)
                 bar.set_postfix(acked=len(ledger.acknowledged), faults=len(injected))
                 if time.monotonic() >= next_fault:
                     injected.append(next(faults)())
-                    next_fault = time.monotonic() + args.fault_every
+                    last_fault_end = next_fault = time.monotonic()
+                    next_fault += args.fault_every
         stream.stop()
-        result, drained_in = wait_for_credits(ledger, user_ids, timeout=args.drain_limit)
+        result, _ = wait_for_credits(ledger, user_ids, timeout=args.drain_limit)
+        drained_in = time.monotonic() - last_fault_end
     finally:
         stream.stop()
         cluster.stop()
@@ -107,9 +111,9 @@ def main() -> int:
     print(f"wrong amounts:     {result.wrong_amounts}")
     print(f"balance mismatch:  {result.balance_mismatches}")
     print(f"recovered:         {result.credited} of {result.stored} orders credited")
-    print(f"drain time:        {drained_in:.1f} s after the last fault (limit {args.drain_limit:.0f} s)")
+    print(f"drain time:        all credited at most {drained_in:.1f} s after the last fault ended")
     print(f"verdict:           {'OK' if result.ok else 'FAILED'}   (logs: {workdir / 'logs'})")
-    return 0 if result.ok else 1
+    return 0 if result.ok and drained_in <= args.drain_limit else 1
 
 
 if __name__ == "__main__":
