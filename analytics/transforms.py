@@ -111,14 +111,17 @@ def transform_credit_histogram(user_daily: DataFrame, buckets: Sequence[int] = C
 
 
 def transform_award_latency(credits: DataFrame, orders: DataFrame, period: Period) -> DataFrame:
-    """Per credit awarded in the period: seconds from the order being placed to the credit being awarded."""
+    """Per credit awarded in the period: seconds, to the millisecond, from the order being placed to the credit.
+
+    Milliseconds keep the exact percentiles cheap: a day's latencies have thousands of distinct values, not one per
+    credit as microseconds would.
+    """
     awarded = in_period(credits, period).alias("c")
+    micros = F.unix_micros(F.col("c.created_at")) - F.unix_micros(F.col("o.created_at"))
     return awarded.join(orders.alias("o"), F.col("c.order_id") == F.col("o.id")).select(
         F.to_date(F.col("c.created_at")).alias("date"),
         F.col("c.id").alias("credit_id"),
-        ((F.unix_micros(F.col("c.created_at")) - F.unix_micros(F.col("o.created_at"))) / 1_000_000.0).alias(
-            "latency_seconds"
-        ),
+        (F.round(micros / 1_000) / 1_000.0).alias("latency_seconds"),
     )
 
 
