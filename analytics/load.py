@@ -95,17 +95,22 @@ def write_mysql(*, run: NightlyRun, period: Period, source: JdbcSource, user_dai
         services.stage_table_drop(name=stage)
 
 
-def write_day_files(day, *, run: NightlyRun, ctx: CheckContext) -> Path:
-    """Write analytics.json, consistency.json and report.html for one day, and link its Parquet partitions."""
+def render_day_files(day, *, run: NightlyRun, ctx: CheckContext) -> dict[str, str]:
+    """Return the text of a day's analytics.json, consistency.json and report.html (pure Python, no I/O)."""
+    generated_at = timezone.now()
+    return {
+        "analytics.json": _dumps(analytics_document(day, run=run, generated_at=generated_at)),
+        "consistency.json": _dumps(consistency_document(day, run=run, ctx=ctx, generated_at=generated_at)),
+        "report.html": html_report(day, run=run, ctx=ctx, generated_at=generated_at),
+    }
+
+
+def write_day_files(day, files: dict[str, str]) -> Path:
+    """Write a day's rendered files into $REPORTS_DIR/<date>/, each atomically, and link its Parquet partitions."""
     directory = report_dir(day.date)
     directory.mkdir(parents=True, exist_ok=True)
-    generated_at = timezone.now()
-    _write_atomic(directory / "analytics.json", _dumps(analytics_document(day, run=run, generated_at=generated_at)))
-    _write_atomic(
-        directory / "consistency.json",
-        _dumps(consistency_document(day, run=run, ctx=ctx, generated_at=generated_at)),
-    )
-    _write_atomic(directory / "report.html", html_report(day, run=run, ctx=ctx, generated_at=generated_at))
+    for name, text in files.items():
+        _write_atomic(directory / name, text)
     _link_partitions(directory, day.date)
     return directory
 

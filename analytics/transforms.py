@@ -39,22 +39,25 @@ def period_dates(df: DataFrame, period: Period) -> DataFrame:
 
 def transform_user_daily(orders: DataFrame, credits: DataFrame, period: Period) -> DataFrame:
     """Per user per day: orders placed, units ordered, credits awarded (rows) and credits total."""
-    placed = (
-        in_period(orders, period)
-        .groupBy(day_of(), "user_id")
-        .agg(F.count("*").alias("orders"), F.sum("total").alias("order_units"))
+    # One aggregation over both inputs rather than two aggregations and a full outer join: a single shuffle.
+    placed = in_period(orders, period).select(
+        day_of(),
+        "user_id",
+        F.lit(1).alias("orders"),
+        F.col("total").alias("order_units"),
+        F.lit(0).alias("credits_awarded"),
+        F.lit(0).alias("credits_total"),
     )
-    awarded = (
-        in_period(credits, period)
-        .groupBy(day_of(), "user_id")
-        .agg(F.count("*").alias("credits_awarded"), F.sum("total").alias("credits_total"))
+    awarded = in_period(credits, period).select(
+        day_of(),
+        "user_id",
+        F.lit(0).alias("orders"),
+        F.lit(0).alias("order_units"),
+        F.lit(1).alias("credits_awarded"),
+        F.col("total").alias("credits_total"),
     )
     counts = ["orders", "order_units", "credits_awarded", "credits_total"]
-    return (
-        placed.join(awarded, ["date", "user_id"], "full")
-        .fillna(0, subset=counts)
-        .select("date", "user_id", *[F.col(c).cast("long").alias(c) for c in counts])
-    )
+    return placed.unionByName(awarded).groupBy("date", "user_id").agg(*[F.sum(c).cast("long").alias(c) for c in counts])
 
 
 def transform_daily_metrics(
@@ -108,14 +111,17 @@ def transform_credit_histogram(user_daily: DataFrame, buckets: Sequence[int] = C
 
 
 def transform_award_latency(credits: DataFrame, orders: DataFrame, period: Period) -> DataFrame:
-    """Per credit awarded in the period: seconds from the order being placed to the credit being awarded."""
+    """Per credit awarded in the period: seconds, to the millisecond, from the order being placed to the credit.
+
+    Milliseconds keep the exact percentiles cheap: a day's latencies have thousands of distinct values, not one per
+    credit as microseconds would.
+    """
     awarded = in_period(credits, period).alias("c")
+    micros = F.unix_micros(F.col("c.created_at")) - F.unix_micros(F.col("o.created_at"))
     return awarded.join(orders.alias("o"), F.col("c.order_id") == F.col("o.id")).select(
         F.to_date(F.col("c.created_at")).alias("date"),
         F.col("c.id").alias("credit_id"),
-        ((F.unix_micros(F.col("c.created_at")) - F.unix_micros(F.col("o.created_at"))) / 1_000_000.0).alias(
-            "latency_seconds"
-        ),
+        (F.round(micros / 1_000) / 1_000.0).alias("latency_seconds"),
     )
 
 
