@@ -120,6 +120,7 @@ def seed_demo_data(
         batch_orders=batch_orders,
     )
     rows = _write_parallel(batches, on_progress=on_progress)
+    credit_balances_recompute(user_ids=user_ids)
     return SeedResult(
         orders=orders,
         users=len(user_ids),
@@ -128,6 +129,19 @@ def seed_demo_data(
         last_order_id=first_order_id + orders - 1,
         seconds=time.monotonic() - started,
     )
+
+
+def credit_balances_recompute(*, user_ids: list[int]) -> None:
+    """Set these users' credit_balances rows to the sum of their credits, as the consumer would have kept them."""
+    placeholders = ",".join(["%s"] * len(user_ids))
+    sql = (
+        "INSERT INTO credit_balances (user_id, balance, updated_at)"  # noqa: S608 (only placeholders are formatted)
+        " SELECT user_id, SUM(total), UTC_TIMESTAMP(6) FROM order_credits"
+        f" WHERE user_id IN ({placeholders}) GROUP BY user_id"
+        " ON DUPLICATE KEY UPDATE balance = VALUES(balance), updated_at = VALUES(updated_at)"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(sql, user_ids)
 
 
 def _orders_per_day(*, rng: random.Random, orders: int, first_day: date, days: int) -> list[int]:

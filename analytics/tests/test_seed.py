@@ -4,10 +4,10 @@ from datetime import date
 
 import pytest
 from django.core.management import call_command
-from django.db.models import F, Max, Min
+from django.db.models import F, Max, Min, Sum
 
 from analytics.seed import plant_inconsistencies, seed_demo_data
-from credits.models import OrderCredit
+from credits.models import CreditBalance, OrderCredit
 from orders.models import Order
 from outbox.models import TransactionLog
 
@@ -46,6 +46,15 @@ def test_seeding_twice_appends_after_the_existing_ids():
     second = seed_demo_data(orders=100, days=1, users=5, end=END, seed=2)
     assert (second.first_order_id, second.last_order_id) == (101, 200)
     assert OrderCredit.objects.count() == 200
+
+
+def test_seeded_balances_equal_the_sum_of_credits():
+    seed_demo_data(orders=300, days=2, users=7, end=END, seed=4)
+    seed_demo_data(orders=200, days=2, users=7, end=END, seed=5)
+
+    sums = dict(OrderCredit.objects.values("user_id").annotate(s=Sum("total")).values_list("user_id", "s"))
+    balances = dict(CreditBalance.objects.values_list("user_id", "balance"))
+    assert sums and balances == sums
 
 
 def test_plant_returns_what_it_broke():
