@@ -6,7 +6,6 @@ Every Celery setting lives here, each with the reason for it, so the delivery se
 import os
 
 from celery import Celery, bootsteps, signals, states
-from celery.schedules import crontab
 from django.db import close_old_connections, connections
 from kombu import Exchange, Queue
 
@@ -66,19 +65,6 @@ app.conf.update(
     timezone="UTC",
     enable_utc=True,
 )
-
-
-@app.on_after_configure.connect
-def schedule_periodic_tasks(sender: Celery, **kwargs) -> None:
-    """Add beat's entries once the app is configured, so their times come from Django settings, not import time."""
-    from django.conf import settings
-
-    # The nightly Spark reports for yesterday (UTC); the task runs them in a subprocess, never in the worker.
-    sender.add_periodic_task(
-        crontab(hour=settings.ANALYTICS_NIGHTLY_HOUR, minute=settings.ANALYTICS_NIGHTLY_MINUTE),
-        sender.signature("analytics.run_nightly"),
-        name="analytics.run_nightly",
-    )
 
 
 app.autodiscover_tasks()

@@ -2,6 +2,8 @@
 
 from pathlib import Path
 
+from celery.schedules import crontab
+
 from config.env import env_bool, env_database, env_float, env_int, env_list, env_rate, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -184,6 +186,11 @@ ANALYTICS_MAX_STORED_VIOLATIONS = env_int("ANALYTICS_MAX_STORED_VIOLATIONS", 10_
 ANALYTICS_NIGHTLY_HOUR = env_int("ANALYTICS_NIGHTLY_HOUR", 2, minimum=0, maximum=23)
 ANALYTICS_NIGHTLY_MINUTE = env_int("ANALYTICS_NIGHTLY_MINUTE", 0, minimum=0, maximum=59)
 ANALYTICS_RUN_TIMEOUT_SECONDS = env_int("ANALYTICS_RUN_TIMEOUT_SECONDS", 3 * 3600, minimum=60)
+# The nightly Spark reports for yesterday (UTC); the task runs them in a subprocess, never in the worker.
+CELERY_BEAT_SCHEDULE["analytics.run_nightly"] = {
+    "task": "analytics.run_nightly",
+    "schedule": crontab(hour=ANALYTICS_NIGHTLY_HOUR, minute=ANALYTICS_NIGHTLY_MINUTE),
+}
 
 if not DEBUG:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
