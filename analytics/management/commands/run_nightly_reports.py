@@ -1,6 +1,6 @@
 """Run the nightly Spark job: credit analytics and consistency checks for a day (or several), optionally repairing."""
 
-from datetime import date, datetime, timedelta
+from datetime import timedelta
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -8,14 +8,7 @@ from django.utils import timezone
 
 from analytics import services
 from analytics.jobs import run_nightly
-from analytics.period import Period
-
-
-def _date(value: str) -> date:
-    try:
-        return datetime.strptime(value, "%Y-%m-%d").date()
-    except ValueError:
-        raise CommandError(f"{value!r} is not a date (YYYY-MM-DD)") from None
+from analytics.period import Period, parse_day
 
 
 class Command(BaseCommand):
@@ -26,7 +19,7 @@ class Command(BaseCommand):
     )
 
     def add_arguments(self, parser):
-        parser.add_argument("--date", type=_date, default=None, help="the day to report, YYYY-MM-DD (UTC)")
+        parser.add_argument("--date", type=parse_day, default=None, help="the day to report, YYYY-MM-DD (UTC)")
         parser.add_argument(
             "--days", type=int, default=1, help="report this many days ending on --date in one job (a backfill)"
         )

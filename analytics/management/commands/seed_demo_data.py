@@ -1,19 +1,13 @@
 """Bulk-load a consistent demo history of orders, outbox rows and credits, optionally with planted faults."""
 
-from datetime import date, datetime, timedelta
+from datetime import timedelta
 
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 from tqdm import tqdm
 
+from analytics.period import parse_day
 from analytics.seed import plant_inconsistencies, seed_demo_data
-
-
-def _date(value: str) -> date:
-    try:
-        return datetime.strptime(value, "%Y-%m-%d").date()
-    except ValueError:
-        raise CommandError(f"{value!r} is not a date (YYYY-MM-DD)") from None
 
 
 class Command(BaseCommand):
@@ -26,7 +20,7 @@ class Command(BaseCommand):
         parser.add_argument("--orders", type=int, required=True, help="number of orders to load")
         parser.add_argument("--days", type=int, required=True, help="number of days to spread them over")
         parser.add_argument("--users", type=int, default=None, help="distinct users (default: orders / 20)")
-        parser.add_argument("--end", type=_date, default=None, help="last day, YYYY-MM-DD (default: yesterday)")
+        parser.add_argument("--end", type=parse_day, default=None, help="last day, YYYY-MM-DD (default: yesterday)")
         parser.add_argument("--seed", type=int, default=None, help="random seed, for a reproducible history")
         parser.add_argument(
             "--plant",
