@@ -103,6 +103,7 @@ def main() -> int:
     for line in sorted(set(injected)):
         print(f"  {injected.count(line):3d} x {line}")
     print(f"client responses:  {dict(ledger.statuses)}")
+    print(f"supervisor restarts: {dict(cluster.restarts) or 'none'}")
     print(f"attempted:         {result.attempted}")
     print(f"acknowledged:      {result.acknowledged}")
     print(f"stored:            {result.stored}")

@@ -42,6 +42,13 @@ class Cluster:
     port: int = 18900
     extra_env: dict = field(default_factory=dict)
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    # Like systemd's Restart=always: a process that exits on its own is started again, and counted here. Celery's
+    # prefork pool can die on reconnecting after its children were killed (celery/celery#9250, "file descriptor is
+    # None"); production runs workers under a supervisor, and so does this harness.
+    restarts: Counter = field(default_factory=Counter)
+    _lock: threading.RLock = field(default_factory=threading.RLock)
+    _supervisor: threading.Thread | None = None
+    _stopping: threading.Event = field(default_factory=threading.Event)
 
     @property
     def base_url(self) -> str:
@@ -84,8 +91,17 @@ class Cluster:
     def start(self, *names: str) -> None:
         (self.workdir / "prometheus").mkdir(parents=True, exist_ok=True)
         (self.workdir / "logs").mkdir(parents=True, exist_ok=True)
-        for name in names or self.commands():
-            log = open(self.workdir / "logs" / f"{name}.log", "ab")  # noqa: SIM115 (closed with the process)
+        with self._lock:
+            for name in names or self.commands():
+                self._spawn(name)
+        if self._supervisor is None:
+            self._supervisor = threading.Thread(target=self._supervise, name="cluster-supervisor", daemon=True)
+            self._supervisor.start()
+        if "web" in (names or self.commands()):
+            self.wait_healthy()
+
+    def _spawn(self, name: str) -> None:
+        with open(self.workdir / "logs" / f"{name}.log", "ab") as log:
             self.procs[name] = subprocess.Popen(
                 self.commands()[name],
                 cwd=ROOT,
@@ -94,8 +110,14 @@ class Cluster:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        if "web" in (names or self.commands()):
-            self.wait_healthy()
+
+    def _supervise(self) -> None:
+        while not self._stopping.wait(0.5):
+            with self._lock:
+                for name, proc in list(self.procs.items()):
+                    if proc.poll() is not None:
+                        self.restarts[name] += 1
+                        self._spawn(name)
 
     def wait_healthy(self, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
@@ -109,8 +131,9 @@ class Cluster:
         raise RuntimeError(f"web did not answer within {timeout:.0f}s; see {self.workdir / 'logs'}")
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        """Send a signal to a process and everything in its process group."""
-        proc = self.procs.pop(name)
+        """Send a signal to a process and everything in its process group (it is not restarted)."""
+        with self._lock:
+            proc = self.procs.pop(name)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, sig)
         proc.wait(timeout=30)
@@ -125,6 +148,9 @@ class Cluster:
         return len(children)
 
     def stop(self) -> None:
+        self._stopping.set()
+        if self._supervisor is not None:
+            self._supervisor.join(timeout=5)
         for name in list(self.procs):
             proc = self.procs[name]
             if proc.poll() is None:

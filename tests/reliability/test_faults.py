@@ -101,7 +101,10 @@ def test_nothing_lost_or_doubled_under_faults(cluster, make_user, capsys):
     time.sleep(2)  # let the duplicate deliveries land before the final count
     result, _ = wait_for_credits(ledger, user_ids, timeout=5)
     with capsys.disabled():
-        print(f"\nfaults: {faults}\nclient statuses: {dict(ledger.statuses)}\n{result}\ndrained in {drained_in:.1f}s")
+        print(
+            f"\nfaults: {faults}\nclient statuses: {dict(ledger.statuses)}\nrestarted by the supervisor: "
+            f"{dict(cluster.restarts)}\n{result}\ndrained in {drained_in:.1f}s"
+        )
 
     assert ledger.attempted > 100
     assert result.lost == 0
