@@ -20,7 +20,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import BENCH_DATABASE_URL, percentile, setup_django  # noqa: E402
 
-
 POLLER = """
 import os, time, django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
