@@ -106,7 +106,7 @@ def run_nightly(
     *, run: NightlyRun, period: Period, repair_requested: bool, write: Callable[[str], None]
 ) -> list[DayResult]:
     """Run the job for the period under an already started `run`; return the per-day results."""
-    progress = Progress(run=run, write=write, stages=7 + int(repair_requested))
+    progress = Progress(run=run, write=write, stages=6 + int(repair_requested))
     ctx = CheckContext(
         period=period,
         as_of=run.as_of,
@@ -203,13 +203,18 @@ def _run_in_session(
 
     days = [DayResult(date=day, checks=outcomes[day], **analytics.get(day, _empty_analytics())) for day in period.dates]
 
-    # Drawing the charts is Python work and the loads below are JVM and MariaDB work: render the reports on a
-    # thread meanwhile (a month of reports is 150 charts), and write them only once the tables are committed.
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="reports") as pool:
-        rendering = [pool.submit(load.render_day_files, day, run=run, ctx=ctx) for day in days]
-        with progress.stage("load: parquet") as facts:
+    # Drawing the charts is Python work and the loads are JVM and MariaDB work: render the reports on a thread
+    # meanwhile (a month of reports is 150 charts), and write them only once the tables are committed. The Parquet
+    # and MySQL writes run side by side too: one keeps the JVM busy while the other waits on MariaDB.
+    with (
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="reports") as renderer,
+        ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet") as writer,
+    ):
+        rendering = [renderer.submit(load.render_day_files, day, run=run, ctx=ctx) for day in days]
+        with progress.stage("load: parquet and mysql") as facts:
             active = {d.date for d in days if d.metrics["orders"] or d.metrics["credits_awarded"]}
-            facts["url"] = load.write_parquet(
+            parquet = writer.submit(
+                load.write_parquet,
                 spark,
                 period=period,
                 datasets={
@@ -218,10 +223,10 @@ def _run_in_session(
                     "violations": (violations.drop("rank"), {d.date for d in days if d.violations}),
                 },
             )
-        with progress.stage("load: mysql") as facts:
             facts["user_day_rows"] = load.write_mysql(
                 run=run, period=period, source=source, user_daily=user_daily, days=days
             )
+            facts["parquet"] = parquet.result()
         with progress.stage("load: reports") as facts:
             for day, files in zip(days, rendering, strict=True):
                 load.write_day_files(day, files.result())

@@ -15,7 +15,7 @@ from django.template.loader import render_to_string
 from django.utils import timezone
 from pyspark.sql import DataFrame, SparkSession
 
-from analytics import charts, selectors, services
+from analytics import selectors, services
 from analytics.checks import CheckContext
 from analytics.extract import JdbcSource
 from analytics.models import CheckResult, DailyMetrics, NightlyRun, Violation
@@ -156,6 +156,9 @@ def analytics_document(day, *, run: NightlyRun, generated_at: datetime) -> dict:
 
 def html_report(day, *, run: NightlyRun, ctx: CheckContext, generated_at: datetime) -> str:
     """The day's report as one self-contained HTML page with its charts inline."""
+    # Imported here: matplotlib takes a second to import, and this runs on the reports thread, beside Spark.
+    from analytics import charts
+
     counts = {name: outcome.count for name, outcome in day.checks.items()}
     return render_to_string(
         "analytics/report.html",

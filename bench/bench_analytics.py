@@ -183,10 +183,15 @@ def main() -> None:
     parser.add_argument("--scale", type=int, default=5, help="then repeat with this many times the orders (0: skip)")
     parser.add_argument("--repeat", type=int, default=2, help="timed runs per measurement (the median is reported)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    parser.add_argument("--seed-only", action="store_true", help="reset and seed --orders, then stop")
     args = parser.parse_args()
     if not args.reset:
         raise SystemExit("this bench empties the orders, outbox, credits and analytics tables: pass --reset")
     end = date.today() - timedelta(days=1)
+    if args.seed_only:
+        reset()
+        print(f"seeded: {seed(args.orders, args.days, end)}")
+        return
     results = {
         "database": connection.settings_dict["NAME"],
         "spark_master": settings.SPARK_MASTER,
