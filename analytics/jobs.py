@@ -242,7 +242,6 @@ def _by_order(df: DataFrame, column: str) -> DataFrame:
     and sorted once, not ten times).
     """
     partitions = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
-    # Sorted within partitions too, so the sort-merge joins on the order id neither shuffle nor sort again.
     return df.repartition(partitions, column).sortWithinPartitions(column).cache()
 
 

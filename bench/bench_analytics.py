@@ -184,8 +184,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=2, help="timed runs per measurement (the median is reported)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--seed-only", action="store_true", help="reset and seed --orders, then stop")
+    parser.add_argument(
+        "--skip-seed", action="store_true", help="measure the data already there (seeded with --seed-only)"
+    )
     args = parser.parse_args()
-    if not args.reset:
+    if args.skip_seed and args.scale:
+        raise SystemExit("--skip-seed measures one size: pass --scale 0 and the --orders that were seeded")
+    if not args.reset and not args.skip_seed:
         raise SystemExit("this bench empties the orders, outbox, credits and analytics tables: pass --reset")
     end = date.today() - timedelta(days=1)
     if args.seed_only:
@@ -202,8 +207,11 @@ def main() -> None:
     sizes = [args.orders] + ([args.orders * args.scale] if args.scale else [])
     for orders in sizes:
         print(f"== {orders:,} orders over {args.days} days ending {end} (load average {load_average()})", flush=True)
-        reset()
-        size = {"seed": seed(orders, args.days, end)}
+        if args.skip_seed:
+            size = {"seed": {"orders": orders, "skipped": True}}
+        else:
+            reset()
+            size = {"seed": seed(orders, args.days, end)}
         print(f"seeded: {size['seed']}", flush=True)
         with tempfile.TemporaryDirectory(prefix="bench-reports-") as reports:
             size["day_run"] = measure("one day (spark)", args.repeat, lambda: nightly(end, 1, Path(reports)))
