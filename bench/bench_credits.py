@@ -54,10 +54,12 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--processes", type=int, default=2, help="worker processes executing awards")
     parser.add_argument(
         "--pool",
-        choices=["prefork", "solo"],
+        choices=["prefork", "solo", "threads"],
         default="solo",
-        help="solo: N workers, each executing in its own process (less CPU per award); prefork: one worker, N pool",
+        help="solo: N workers, each executing in its own process (less CPU per award); prefork: one worker, N pool;"
+        " threads: N workers, each running --threads tasks at once in one process",
     )
+    parser.add_argument("--threads", type=int, default=4, help="tasks in flight per worker process with --pool threads")
     parser.add_argument("--prefetch", type=int, default=None, help="worker --prefetch-multiplier (default: config)")
     parser.add_argument("--keep", action="store_true", help="keep the bench rows afterwards")
     return parser.parse_args()
@@ -153,6 +155,9 @@ def workers_start(args: argparse.Namespace, log_dir: Path) -> list[subprocess.Po
         base += ["--prefetch-multiplier", str(args.prefetch)]
     if args.pool == "prefork":
         commands = [base + ["-P", "prefork", "-c", str(args.processes), "-n", "bench-credits@%h"]]
+    elif args.pool == "threads":
+        pool = ["-P", "threads", "-c", str(args.threads)]
+        commands = [base + pool + ["-n", f"bench-credits-{i}@%h"] for i in range(args.processes)]
     else:
         commands = [base + ["-P", "solo", "-n", f"bench-credits-{i}@%h"] for i in range(args.processes)]
     processes = []
@@ -275,6 +280,8 @@ def main() -> int:
     rate = rows / (span_us / 1e6) if span_us else float("inf")
 
     workers = f"1 worker x {args.processes} prefork processes" if args.pool == "prefork" else None
+    if args.pool == "threads":
+        workers = f"{args.processes} worker processes x {args.threads} threads"
     workers = workers or f"{args.processes} solo workers"
     print(f"workers:            {workers}, prefetch multiplier {args.prefetch or app.conf.worker_prefetch_multiplier}")
     print(f"messages:           {args.messages} distinct + {sent - args.messages} re-deliveries")

@@ -55,6 +55,26 @@ class OrderOutputSerializer(serializers.Serializer):
     created_at = serializers.DateTimeField()
 
 
+_DATETIME = serializers.DateTimeField()
+
+
+def order_data(order) -> dict:
+    """Return what OrderOutputSerializer(order).data returns, without building a serializer for each new order.
+
+    Order creation is the API's hot path and a serializer instance deep-copies its fields first: 0.2 ms of CPU per
+    request (docs/PERFORMANCE.md). test_apis checks the two agree field for field.
+    """
+    return {
+        "id": order.id,
+        "user_id": order.user_id,
+        "goods_name": order.goods_name,
+        "total": order.total,
+        "transaction_id": order.transaction_id,
+        "credit_status": order.credit_status,
+        "created_at": _DATETIME.to_representation(order.created_at),
+    }
+
+
 class OrderThrottle(UserRateThrottle):
     """Per-user limit on order creation, read from ORDERS_RATE_LIMIT when the request arrives."""
 
@@ -115,7 +135,7 @@ class OrderListCreateApi(APIView):
             selectors.CREDIT_PENDING if placement.created else selectors.order_credit_status(order=order)
         )
         headers = {} if placement.created else {"Idempotent-Replayed": "true"}
-        return Response(OrderOutputSerializer(order).data, status=status.HTTP_201_CREATED, headers=headers)
+        return Response(order_data(order), status=status.HTTP_201_CREATED, headers=headers)
 
 
 class OrderDetailApi(APIView):

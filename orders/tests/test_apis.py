@@ -32,6 +32,19 @@ def test_create_returns_the_contract_fields(api, user):
     assert body["user_id"] == user.pk
     assert (body["goods_name"], body["total"], body["credit_status"]) == ("book", 3, "pending")
     assert TransactionLog.objects.filter(pk=body["transaction_id"], foreign_key=str(body["id"])).exists()
+    # The create answer is built without a serializer (orders.apis.order_data); it must equal the serialized read.
+    assert api.get(f"{URL}{body['id']}/").json() == body
+
+
+def test_inactive_users_token_is_refused(api, user):
+    user.is_active = False
+    user.save()
+
+    response = post(api, VALID)
+
+    assert response.status_code == 401
+    assert "inactive" in response.json()["detail"]
+    assert_nothing_written()
 
 
 @pytest.mark.parametrize(

@@ -1,13 +1,13 @@
 """order_create: atomicity with its outbox row, idempotency, and the concurrent same-key race."""
 
 import threading
-from unittest import mock
+from contextlib import contextmanager
 
 import pytest
-from django.db import IntegrityError, connection, transaction
+from django.db import OperationalError, connection, transaction
 
 from orders.models import IdempotencyKey, Order
-from orders.services import IdempotencyKeyReused, order_create
+from orders.services import IdempotencyKeyReused, order_create, request_fingerprint
 from outbox.models import TransactionLog
 
 
@@ -30,12 +30,42 @@ def test_order_create_writes_order_and_its_message(user):
     assert len(order.transaction_id) == 32
 
 
+@pytest.mark.django_db
+def test_the_rows_written_read_back_through_the_orm_as_the_returned_objects(user):
+    placement = order_create(user=user, goods_name="Grüner Tee ☕", total=10_000, idempotency_key="Key-1 ")
+
+    returned = placement.order
+    stored = Order.objects.get(pk=returned.pk)
+    fields = ("id", "user_id", "goods_name", "total", "transaction_id", "created_at")
+    assert [getattr(stored, f) for f in fields] == [getattr(returned, f) for f in fields]
+    assert stored.created_at.tzinfo is not None
+    message = TransactionLog.objects.get(pk=returned.transaction_id)
+    assert (message.status, message.attempts, message.published_at, message.last_error) == ("pending", 0, None, "")
+    assert message.created_at == message.next_attempt_at >= stored.created_at
+    assert (message.discarded_reason, message.discarded_by) == ("", "")
+    key = IdempotencyKey.objects.get(order=stored)
+    assert (key.user_id, key.key, key.created_at) == (user.pk, "Key-1 ", stored.created_at)
+    assert key.fingerprint == request_fingerprint(goods_name="Grüner Tee ☕", total=10_000)
+
+
+@contextmanager
+def insert_refused(table: str):
+    """Make the database itself refuse every INSERT into `table` (a trigger raising SQLSTATE 45000)."""
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"CREATE TRIGGER order_test_fault BEFORE INSERT ON {table} FOR EACH ROW"
+            " SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'injected fault'"
+        )
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            cursor.execute("DROP TRIGGER IF EXISTS order_test_fault")
+
+
 @pytest.mark.django_db(transaction=True)
 def test_failing_log_write_leaves_no_order(user):
-    with (
-        mock.patch("outbox.services.TransactionLog.objects.create", side_effect=IntegrityError("injected")),
-        pytest.raises(IntegrityError),
-    ):
+    with insert_refused("transaction_log"), pytest.raises(OperationalError, match="injected fault"):
         order_create(user=user, goods_name="book", total=3, idempotency_key="k")
 
     assert Order.objects.count() == 0
@@ -45,14 +75,22 @@ def test_failing_log_write_leaves_no_order(user):
 
 @pytest.mark.django_db(transaction=True)
 def test_failing_idempotency_write_leaves_no_order_and_no_message(user):
-    with (
-        mock.patch("orders.services.IdempotencyKey.objects.create", side_effect=RuntimeError("injected")),
-        pytest.raises(RuntimeError),
-    ):
+    with insert_refused("idempotency_keys"), pytest.raises(OperationalError, match="injected fault"):
         order_create(user=user, goods_name="book", total=3, idempotency_key="k")
 
     assert Order.objects.count() == 0
     assert TransactionLog.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_failing_order_write_leaves_nothing_and_a_retry_with_the_key_succeeds(user):
+    with insert_refused("orders"), pytest.raises(OperationalError, match="injected fault"):
+        order_create(user=user, goods_name="book", total=3, idempotency_key="k")
+    assert Order.objects.count() == TransactionLog.objects.count() == IdempotencyKey.objects.count() == 0
+
+    placement = order_create(user=user, goods_name="book", total=3, idempotency_key="k")
+    assert placement.created
+    assert Order.objects.get().pk == placement.order.pk
 
 
 @pytest.mark.django_db(transaction=True)

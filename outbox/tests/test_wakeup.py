@@ -44,6 +44,9 @@ def test_a_committed_order_sends_one_relay_task(user, waker, outbox_queue):
     headers = message.properties["application_headers"]
     assert headers["task"] == "outbox.relay"
     assert headers["expires"] is not None  # a wake-up stuck behind dead workers expires instead of piling up
+    assert message.properties["expiration"] == str(wakeup.WAKE_EXPIRES_SECONDS * 1000)  # ... and the broker drops it
+    assert message.properties["delivery_mode"] == 1  # a hint the sweeper stands in for: not written to disk
+    assert message.properties["correlation_id"] == headers["id"] == headers["root_id"]
 
 
 def test_a_rolled_back_order_never_wakes_the_relay(user, waker, outbox_queue):
