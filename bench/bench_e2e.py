@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import BENCH_DATABASE_URL, percentile, setup_django  # noqa: E402
+from common import BENCH_DATABASE_URL, outbox_backlog_discard, percentile, setup_django  # noqa: E402
 
 POLLER = """
 import os, time, django
@@ -45,6 +45,8 @@ def run(*, rate: float, seconds: float, polling: bool) -> dict:
     users = [get_user_model().objects.create(username=f"e2e-{run_id}-{i}") for i in range(8)]
     tokens = [Token.objects.create(user=u).key for u in users]
     purge_queues()
+    if discarded := outbox_backlog_discard("bench_e2e: pending rows left by earlier benchmarks"):
+        print(f"discarded {discarded} pending transaction_log rows left by earlier benchmarks", flush=True)
 
     class E2ECluster(Cluster):
         def commands(self) -> dict[str, list[str]]:

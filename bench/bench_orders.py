@@ -2,9 +2,11 @@
 
 HTTP: `gunicorn config.wsgi` (gthread workers, keep-alive) driven by wrk with 8 concurrent keep-alive connections,
 each POST carrying a fresh Idempotency-Key. Ceiling: 8 threads, each with its own mysqlclient connection, doing
-two INSERTs and a COMMIT per transaction with no Django at all. Also counts the queries one request makes.
+two INSERTs and a COMMIT per transaction with no Django at all. Floor: the same gunicorn and wrk against an empty
+DRF view (bench/floor.py), which bounds what any Django/DRF endpoint can reach on the machine. Also counts the
+queries one request makes.
 
-    .venv/bin/python bench/bench_orders.py [--seconds 15] [--workers 2] [--threads 4]
+    .venv/bin/python bench/bench_orders.py [--seconds 15] [--workers 4] [--threads 2]
 """
 
 import argparse
@@ -19,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import percentile, setup_django, start_gunicorn, stop  # noqa: E402
+from common import outbox_backlog_discard, percentile, setup_django, start_gunicorn, stop  # noqa: E402
 
 CLIENTS = 8
 PORT = 18080
@@ -120,17 +122,24 @@ def parse_wrk(output: str, seconds: float) -> dict:
     }
 
 
-def measure_http(token: str, seconds: float, workers: int, threads: int) -> dict:
+def measure_http(token: str, seconds: float, workers: int, threads: int, *, floor: bool = False) -> dict:
+    """Drive POST /api/orders/ with wrk; with `floor`, bench/floor.py (an empty view) serves it, not the service."""
     if not shutil.which("wrk"):
         sys.exit("wrk is needed for the HTTP half: apt-get install wrk")
-    proc = start_gunicorn(PORT, workers=workers, threads=threads)
+    env = {"DJANGO_SETTINGS_MODULE": "floor", "PYTHONPATH": str(Path(__file__).resolve().parent)} if floor else {}
+    proc = start_gunicorn(PORT, workers=workers, threads=threads, **env)
     try:
-        with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-            script.write(WRK_SCRIPT % {"token": token, "run": f"r{time.time_ns()}"})
-        base = ["wrk", "-t2", f"-c{CLIENTS}", "--latency", "-s", script.name, f"http://127.0.0.1:{PORT}/api/orders/"]
-        subprocess.run([*base[:3], "-d3s", *base[3:]], check=True, capture_output=True)  # warm-up
-        out = subprocess.run([*base[:3], f"-d{seconds:.0f}s", *base[3:]], check=True, capture_output=True, text=True)
-        return parse_wrk(out.stdout, seconds)
+
+        def run_wrk(duration: float) -> str:
+            # A fresh key prefix per run: a warm-up's keys reused by the measured run would make replays, not orders.
+            with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+                script.write(WRK_SCRIPT % {"token": token, "run": f"r{time.time_ns()}"})
+            command = ["wrk", "-t2", f"-c{CLIENTS}", f"-d{duration:.0f}s", "--latency", "-s", script.name]
+            command.append(f"http://127.0.0.1:{PORT}/api/orders/")
+            return subprocess.run(command, check=True, capture_output=True, text=True).stdout
+
+        run_wrk(3)  # warm-up
+        return parse_wrk(run_wrk(seconds), seconds)
     finally:
         stop(proc)
 
@@ -159,8 +168,8 @@ def count_request_queries(user) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=15)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
 
     setup_django()
@@ -176,10 +185,16 @@ def main() -> None:
         print(f"  {sql[:110]}")
     print(f"ceiling: 8 threads x (2 INSERT + COMMIT) for {args.seconds:.0f}s ...", flush=True)
     ceiling = measure_ceiling(args.seconds)
+    print("floor: empty DRF view (bench/floor.py) under the same gunicorn and wrk ...", flush=True)
+    floor = measure_http(token.key, args.seconds, args.workers, args.threads, floor=True)
     print(f"http: wrk -c{CLIENTS} against gunicorn ({args.workers} workers x {args.threads} threads) ...", flush=True)
     http = measure_http(token.key, args.seconds, args.workers, args.threads)
 
+    # No relay ran: leave no backlog behind for the next benchmark on this database.
+    outbox_backlog_discard("bench_orders: no relay runs during the benchmark")
+
     ratio = http["orders_per_s"] / ceiling["tx_per_s"]
+    floor_ratio = floor["orders_per_s"] / ceiling["tx_per_s"]
     print()
     print("| measure | value |")
     print("|---|---|")
@@ -188,13 +203,18 @@ def main() -> None:
         f"p50 {ceiling['p50_ms']:.2f} ms, p99 {ceiling['p99_ms']:.2f} ms |"
     )
     print(
+        f"| framework floor (empty DRF view, no auth, no DB; 8 keep-alive clients) | {floor['orders_per_s']:.0f} "
+        f"req/s, p50 {floor['p50_ms']:.2f} ms, p99 {floor['p99_ms']:.2f} ms = {floor_ratio:.0%} of the ceiling |"
+    )
+    print(
         f"| HTTP POST /api/orders/ (8 keep-alive clients) | {http['orders_per_s']:.0f} orders/s, "
         f"p50 {http['p50_ms']:.2f} ms, p99 {http['p99_ms']:.2f} ms |"
     )
     print(f"| HTTP / ceiling | {ratio:.0%} (target >= 40%) |")
+    print(f"| HTTP / framework floor | {http['orders_per_s'] / floor['orders_per_s']:.0%} |")
     print(f"| non-2xx responses | {http['non_2xx']} (socket errors: {http['socket_errors']}) |")
     print(f"| queries per request | {len(queries)} |")
-    print(json.dumps({"ceiling": ceiling, "http": http, "ratio": ratio, "queries": len(queries)}))
+    print(json.dumps({"ceiling": ceiling, "floor": floor, "http": http, "ratio": ratio, "queries": len(queries)}))
 
 
 if __name__ == "__main__":

@@ -46,8 +46,8 @@ def setup_django() -> None:
     call_command("migrate", verbosity=0)
 
 
-def start_gunicorn(port: int, *, workers: int, threads: int) -> subprocess.Popen:
-    """Start `gunicorn config.wsgi` with keep-alive threads and wait until /healthz answers."""
+def start_gunicorn(port: int, *, workers: int, threads: int, **env: str) -> subprocess.Popen:
+    """Start `gunicorn config.wsgi` with keep-alive threads and wait until /healthz answers; `env` overrides."""
     proc = subprocess.Popen(
         [
             str(ROOT / ".venv/bin/gunicorn"),
@@ -60,7 +60,7 @@ def start_gunicorn(port: int, *, workers: int, threads: int) -> subprocess.Popen
             "--log-level=warning",
         ],
         cwd=ROOT,
-        env=bench_env(),
+        env=bench_env(**env),
     )
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -90,3 +90,16 @@ def percentile(sorted_values: list[float], p: float) -> float:
         return float("nan")
     index = max(0, min(len(sorted_values) - 1, round(p / 100 * len(sorted_values) + 0.5) - 1))
     return sorted_values[index]
+
+
+def outbox_backlog_discard(reason: str) -> int:
+    """Discard every pending transaction_log row in the bench database; return how many there were.
+
+    Order benchmarks leave their rows pending (no relay runs during them); a later end-to-end run would otherwise
+    start behind that backlog and measure its drain instead of the latency of its own orders.
+    """
+    from outbox.models import TransactionLog
+
+    return TransactionLog.objects.filter(status=TransactionLog.Status.PENDING).update(
+        status=TransactionLog.Status.DISCARDED, discarded_reason=reason, discarded_by="bench"
+    )
