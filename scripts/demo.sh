@@ -39,7 +39,7 @@ $PY manage.py shell --verbosity 0 -c "from django.contrib.auth import get_user_m
 TOKEN=$($PY manage.py drf_create_token demo | awk '{print $3}')
 
 echo "==> Starting processes"
-start web .venv/bin/gunicorn config.wsgi --bind "127.0.0.1:$PORT" --workers 2 --threads 4 --worker-class gthread
+start web .venv/bin/gunicorn config.wsgi --bind "127.0.0.1:$PORT" --workers 4 --threads 2 --worker-class gthread
 start worker .venv/bin/celery -A config worker -Q outbox,credits --concurrency 2 --loglevel INFO
 start beat .venv/bin/celery -A config beat --loglevel INFO --schedule "$RUN_DIR/celerybeat-schedule"
 start relay $PY manage.py relay_outbox
