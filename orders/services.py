@@ -83,5 +83,5 @@ def order_create(
     order = Order(
         id=order_id, user=user, goods_name=goods_name, total=total, transaction_id=transaction_id, created_at=now
     )
-    order._state.adding = False
+    order._state.adding, order._state.db = False, connection.alias  # as if read from the database
     return OrderPlacement(order=order, created=True)

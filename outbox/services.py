@@ -51,7 +51,7 @@ def message_create(*, transaction_id: str, business: str, foreign_key: str, payl
         next_attempt_at=now,
         created_at=now,
     )
-    message._state.adding = False
+    message._state.adding, message._state.db = False, connection.alias  # as if read from the database
     return message
 
 

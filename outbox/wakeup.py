@@ -28,6 +28,7 @@ RELAY_TASK = "outbox.relay"
 # A wake-up that waited this long in the queue (workers down) is worthless: the sweeper has run since.
 WAKE_EXPIRES_SECONDS = 60
 SEND_TIMEOUT_SECONDS = 2.0
+FAILURE_BACKOFF_FIRST, FAILURE_BACKOFF_MAX = 1.0, 30.0
 
 
 @functools.cache
@@ -40,9 +41,6 @@ def _wake_message() -> tuple[dict, str]:
     message = app.amqp.as_task_v2("template", RELAY_TASK)
     headers = {**message.headers, "origin": f"wakeup@{os.uname().nodename}"}
     return headers, json.dumps(message.body)
-
-
-FAILURE_BACKOFF_FIRST, FAILURE_BACKOFF_MAX = 1.0, 30.0
 
 
 class RelayWaker:
