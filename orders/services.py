@@ -33,9 +33,9 @@ def request_fingerprint(*, goods_name: str, total: int) -> str:
 
 
 # The order request is the API's hot path, so its inserts are plain SQL, like the credit award's: building and
-# compiling the three ORM inserts cost about 0.8 ms of CPU per order, several times what the database spends on the
-# whole transaction (docs/PERFORMANCE.md, "Order creation"). Column lists follow orders.models; test_services reads
-# the rows back through the ORM.
+# compiling the three ORM inserts cost about 0.8 ms of CPU per order, about three times the machine time of a whole
+# two-insert transaction in the raw ceiling (docs/PERFORMANCE.md, "Order creation"). Column lists follow
+# orders.models; test_services reads the rows back through the ORM.
 ORDER_INSERT = "INSERT INTO orders (user_id, goods_name, total, transaction_id, created_at) VALUES (%s, %s, %s, %s, %s)"
 IDEMPOTENCY_KEY_INSERT = (
     "INSERT INTO idempotency_keys (user_id, `key`, fingerprint, order_id, created_at) VALUES (%s, %s, %s, %s, %s)"
