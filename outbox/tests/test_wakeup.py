@@ -36,6 +36,16 @@ def settle(waker: wakeup.RelayWaker, quiet: float = 0.5, timeout: float = 10.0) 
     return last
 
 
+def stop_worker(worker: subprocess.Popen) -> None:
+    """Stop a Celery worker subprocess: SIGTERM (warm shutdown), SIGKILL if it lingers."""
+    worker.terminate()
+    try:
+        worker.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        worker.kill()
+        worker.wait()
+
+
 def test_a_committed_order_sends_one_relay_task(user, waker, outbox_queue):
     order_create(user=user, goods_name="tea", total=1)
 
@@ -108,12 +118,7 @@ def test_a_real_worker_woken_on_commit_relays_the_order_without_any_sweeper(user
         (message,) = credits_queue.get_all()
         assert message.properties["message_id"] == placement.order.transaction_id
     finally:
-        worker.terminate()
-        try:
-            worker.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
+        stop_worker(worker)
         worker.stderr.close()
 
 
@@ -139,12 +144,7 @@ def test_a_real_celery_worker_runs_award_credits_from_the_relayed_message(make_r
         while time.monotonic() < deadline and (not out.exists() or len(out.read_text().splitlines()) < 3):
             time.sleep(0.1)
     finally:
-        worker.terminate()
-        try:
-            worker.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
+        stop_worker(worker)
     received = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted(r["task_id"] for r in received) == ids
     from outbox.models import TransactionLog
