@@ -1,9 +1,29 @@
-"""Fixtures shared by every app's tests: users, authenticated API clients."""
+"""Fixtures shared by every app's tests: users, authenticated API clients; both services' databases for each test."""
 
 import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
+
+DATABASE_FIXTURES = {"db", "transactional_db", "live_server", "django_db_reset_sequences"}
+
+
+def pytest_collection_modifyitems(items):
+    """Open both services' databases (default and credits) to every database test, keeping its other options.
+
+    Most flows cross both: an order is placed in one and credited in the other. pytest-django otherwise opens only
+    `default`, and a test of a single service states that by passing `databases` to its own django_db mark.
+    """
+    for item in items:
+        marker = item.get_closest_marker("django_db")
+        if marker is None and not DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())):
+            continue
+        kwargs = dict(marker.kwargs) if marker else {}
+        if "databases" in kwargs:
+            continue
+        item.add_marker(
+            pytest.mark.django_db(*(marker.args if marker else ()), databases="__all__", **kwargs), append=False
+        )
 
 
 @pytest.fixture

@@ -1,11 +1,14 @@
 """The one place that turns domain errors into HTTP responses for the REST API."""
 
 from django.core.exceptions import RequestDataTooBig
+from django.db import OperationalError
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
 from config.errors import ApplicationError
+
+DATABASE_RETRY_AFTER_SECONDS = 5
 
 
 def exception_handler(exc, context):
@@ -14,4 +17,11 @@ def exception_handler(exc, context):
         return Response({"detail": exc.message, **exc.extra}, status=exc.status)
     if isinstance(exc, RequestDataTooBig):
         return Response({"detail": "Request body is too large."}, status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
+    if isinstance(exc, OperationalError):
+        # A database this request needs (the credits service's, say) is down: the client may retry later.
+        return Response(
+            {"detail": "A database this request needs is not answering; try again shortly."},
+            status=status.HTTP_503_SERVICE_UNAVAILABLE,
+            headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
+        )
     return drf_exception_handler(exc, context)

@@ -1,7 +1,11 @@
-"""The /healthz probe: 200 when the database and the broker answer, 503 naming what failed; plus outbox backlog."""
+"""The /healthz probe: 200 when the database and the broker answer, 503 naming what failed; plus outbox backlog.
+
+The credits service's database is reported but does not fail the probe: orders are still taken while it is down
+(their credits follow when it returns), so a load balancer must keep sending them.
+"""
 
 from django.conf import settings
-from django.db import connection
+from django.db import connections
 from django.http import HttpRequest, JsonResponse
 from kombu import Connection
 
@@ -10,9 +14,9 @@ from outbox.selectors import outbox_dead_count, outbox_lag_seconds
 BROKER_TIMEOUT_SECONDS = 2.0
 
 
-def check_database() -> str | None:
+def check_database(alias: str = "default") -> str | None:
     try:
-        with connection.cursor() as cursor:
+        with connections[alias].cursor() as cursor:
             cursor.execute("SELECT 1")
     except Exception as exc:  # any failure means unhealthy; the message says which
         return f"{type(exc).__name__}: {exc}"
@@ -32,6 +36,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
     """Report whether the database and the broker answer."""
     checks = {"database": check_database(), "broker": check_broker()}
     failed = {name: error for name, error in checks.items() if error}
+    checks["credits_database"] = check_database("credits")
     body = {"status": "ok" if not failed else "unavailable", "checks": {n: e or "ok" for n, e in checks.items()}}
     if not checks["database"]:
         # Informational: a backlog is the relay's problem to report, not a reason to take this process out of service.

@@ -57,25 +57,39 @@ TEMPLATES = [
     },
 ]
 
-_database = env_database("DATABASE_URL", "mysql://root:@127.0.0.1:3306/creditshop")
-_database.update(
-    {
-        # Persistent connections, checked before reuse, so a connection the server killed heals on the next request.
-        "CONN_MAX_AGE": env_int("DATABASE_CONN_MAX_AGE", 300, minimum=0),
-        "CONN_HEALTH_CHECKS": True,
-        "OPTIONS": {
-            "charset": "utf8mb4",
-            # READ COMMITTED: no gap locks, so concurrent order inserts and SKIP LOCKED claims do not block each other.
-            "isolation_level": "read committed",
-            "init_command": (
-                "SET sql_mode='STRICT_TRANS_TABLES,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION', time_zone='+00:00'"
-            ),
-            "connect_timeout": 5,
-        },
-        "TEST": {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"},
-    }
-)
-DATABASES = {"default": _database}
+
+def _mariadb(url_variable: str, default_url: str) -> dict:
+    """Return a DATABASES entry for one service's MariaDB/MySQL database, read from its URL variable."""
+    database = env_database(url_variable, default_url)
+    database.update(
+        {
+            # Persistent connections, checked before reuse, so a connection the server killed heals on the next
+            # request.
+            "CONN_MAX_AGE": env_int("DATABASE_CONN_MAX_AGE", 300, minimum=0),
+            "CONN_HEALTH_CHECKS": True,
+            "OPTIONS": {
+                "charset": "utf8mb4",
+                # READ COMMITTED: no gap locks, so concurrent inserts and SKIP LOCKED claims do not block each other.
+                "isolation_level": "read committed",
+                "init_command": (
+                    "SET sql_mode='STRICT_TRANS_TABLES,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION', time_zone='+00:00'"
+                ),
+                "connect_timeout": 5,
+            },
+            "TEST": {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"},
+        }
+    )
+    return database
+
+
+# Two services, two databases (config/routers.py): the order service's (orders, transaction_log, auth, admin,
+# analytics) and the credits service's (order_credits, balances, dead letters). Only messages cross between them.
+# Both URLs may name one database for a small install.
+DATABASES = {
+    "default": _mariadb("DATABASE_URL", "mysql://root:@127.0.0.1:3306/creditshop"),
+    "credits": _mariadb("CREDITS_DATABASE_URL", "mysql://root:@127.0.0.1:3306/creditshop_credits"),
+}
+DATABASE_ROUTERS = ["config.routers.ServiceRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 AUTH_PASSWORD_VALIDATORS = [

@@ -100,5 +100,5 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, FastListAdmin):
 @admin.register(OrderCredit)
 class OrderCreditAdmin(ReadOnlyAdminMixin, FastListAdmin):
     list_display = ("id", "order_id", "user_id", "total", "transaction_id", "created_at")
-    search_fields = ("=order__id", "=user__id", "=transaction_id")
+    search_fields = ("=order_id", "=user_id", "=transaction_id")
     ordering = ("-id",)

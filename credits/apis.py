@@ -25,10 +25,10 @@ class CreditsApi(APIView):
     @extend_schema(responses=CreditsOutputSerializer)
     def get(self, request):
         paginator = LimitOffsetPagination()
-        page = paginator.paginate_queryset(selectors.credit_entries(user=request.user), request, view=self)
+        page = paginator.paginate_queryset(selectors.credit_entries(user_id=request.user.pk), request, view=self)
         return Response(
             {
-                "balance": selectors.credit_balance(user=request.user),
+                "balance": selectors.credit_balance(user_id=request.user.pk),
                 "count": paginator.count,
                 "next": paginator.get_next_link(),
                 "previous": paginator.get_previous_link(),

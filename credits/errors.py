@@ -9,11 +9,3 @@ class MalformedMessage(ApplicationError):
 
 class UnsupportedSchemaVersion(ApplicationError):
     status = 422
-
-
-class OrderNotVisible(ApplicationError):
-    status = 409
-
-
-class AwardMismatch(ApplicationError):
-    status = 422

@@ -27,6 +27,10 @@ DEAD_LETTERED = Counter(
     "Credits messages dead-lettered (sent to credits.dead and recorded for the admin), by reason.",
     ["reason"],
 )
+OUTAGE_REQUEUES = Counter(
+    "creditshop_credits_outage_requeues",
+    "Credits messages put back on the queue, retries untouched, because the credits database could not be reached.",
+)
 
 OPEN_DEAD_LETTERS = "creditshop_credits_dead_letters_open"
 OPEN_DEAD_LETTERS_HELP = "Dead-lettered credits messages waiting for an operator to replay or discard them."

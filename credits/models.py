@@ -1,18 +1,19 @@
-"""Credits: one row per credited order, a running balance per user, and the messages that could not be applied."""
+"""Credits: one row per credited order, a running balance per user, and the messages that could not be applied.
 
-from django.conf import settings
+These tables live in the credits service's own database (config/routers.py). Users and orders live in the order
+service's database, so they are referred to by plain ids: no foreign key, no join, no query across.
+"""
+
 from django.db import models
 from django.utils import timezone
 
 
 class OrderCredit(models.Model):
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="credits")
-    # No foreign-key constraint: credits belong to another service in the original design, and the nightly
-    # job must be able to find (not be prevented from seeing) a credit whose order is gone.
-    # The UNIQUE index on order_id is what makes a redelivered message a no-op.
-    order = models.OneToOneField(
-        "orders.Order", on_delete=models.DO_NOTHING, db_constraint=False, related_name="credit"
-    )
+    user_id = models.BigIntegerField(db_index=True)
+    # The UNIQUE index on order_id is what makes a redelivered message a no-op. The order itself is in the other
+    # service's database: a credit whose order does not exist is what the nightly orphan_credit check finds.
+    order_id = models.BigIntegerField(unique=True)
+    # The credits awarded (2 x the order's total), under the column name the contract gives.
     total = models.PositiveIntegerField()
     transaction_id = models.CharField(max_length=32, db_collation="ascii_bin", blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now, db_index=True)
@@ -30,9 +31,7 @@ class CreditBalance(models.Model):
     Written only by credits.services.credit_award, in the same transaction as the order_credits row it adds.
     """
 
-    user = models.OneToOneField(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, primary_key=True, related_name="credit_balance"
-    )
+    user_id = models.BigIntegerField(primary_key=True)
     balance = models.PositiveBigIntegerField(default=0)
     updated_at = models.DateTimeField(default=timezone.now)
 
@@ -58,10 +57,8 @@ class DeadLetter(models.Model):
         # Permanent: retrying the same message cannot succeed.
         MALFORMED = "malformed", "malformed message"
         UNSUPPORTED_SCHEMA = "unsupported_schema", "unsupported schema version"
-        MISMATCH = "mismatch", "user or total disagrees with the order"
+        # Not known to be permanent: dead-lettered only after the last retry.
         UNEXPECTED = "unexpected", "unexpected error"
-        # Transient: dead-lettered only after the last retry.
-        ORDER_NOT_VISIBLE = "order_not_visible", "order not visible"
         DEADLOCK = "deadlock", "deadlock"
         LOCK_WAIT_TIMEOUT = "lock_wait_timeout", "lock wait timeout"
         DATABASE_UNAVAILABLE = "database_unavailable", "database unavailable"

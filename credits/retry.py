@@ -1,10 +1,13 @@
 """The credits consumer's retry policy, all in one place.
 
-- Transient (retried): the database lost or refusing the connection, deadlock (1213), lock wait timeout (1205),
-  and an order not visible yet. The same message can succeed a moment later.
-- Permanent (dead-lettered at once): a malformed message, an unknown schema version, a user or total that
-  disagrees with the order, and anything not listed above. Retrying cannot change the outcome, and an operator can
-  still replay the dead letter after fixing the cause.
+It follows the design the service comes from (reconsume up to 3 times, then the dead-letter queue):
+- Permanent (dead-lettered at once): a malformed message or an unknown schema version. Retrying the same message
+  cannot change the outcome; an operator can still replay the dead letter after fixing the cause.
+- Retried: every other failure (a deadlock, a lock wait timeout, a refused insert, an error nobody foresaw), since it
+  is not known to be permanent. After the last retry the message is dead-lettered.
+- An outage is not the message's fault: while the credits database cannot be reached, the consumer waits for it
+  (credits.tasks) and then puts the message back on the queue, spending none of its retries; consumption slows to
+  one connection attempt a second until the database answers, and no message turns into a dead letter meanwhile.
 - Backoff: capped exponential with equal jitter; retry n (0-based) waits d/2 + uniform(0, d/2) seconds, where
   d = min(CREDITS_RETRY_MAX_SECONDS, CREDITS_RETRY_BASE_SECONDS * 2**n). Half of each delay is fixed, so delays
   grow from one retry to the next; the random half spreads a burst of failures so they do not retry in lockstep.
@@ -19,7 +22,7 @@ from django.conf import settings
 from django.db import Error as DatabaseError
 from django.db import InterfaceError
 
-from credits.errors import AwardMismatch, MalformedMessage, OrderNotVisible, UnsupportedSchemaVersion
+from credits.errors import MalformedMessage, UnsupportedSchemaVersion
 from credits.models import DeadLetter
 
 Reason = DeadLetter.Reason
@@ -41,10 +44,15 @@ CONNECTION_ERRORS = frozenset(
     }
 )
 
+# How long one delivery waits for an unreachable credits database before going back to the queue. Under the broker
+# heartbeat (Celery's default 120 s), which a solo worker does not send while a task runs.
+OUTAGE_WAIT_SECONDS = 30.0
+# The longest pause between two connection attempts while waiting.
+OUTAGE_POLL_MAX_SECONDS = 1.0
+
 _PERMANENT = {
     MalformedMessage: Reason.MALFORMED,
     UnsupportedSchemaVersion: Reason.UNSUPPORTED_SCHEMA,
-    AwardMismatch: Reason.MISMATCH,
 }
 
 
@@ -53,6 +61,11 @@ class Failure:
     reason: str
     transient: bool
     error: str
+
+    @property
+    def outage(self) -> bool:
+        """Whether the database could not be reached: wait for it, without spending the message's retries."""
+        return self.reason == Reason.DATABASE_UNAVAILABLE
 
 
 def _database_error_code(exc: BaseException) -> int | None:
@@ -67,8 +80,6 @@ def failure_classify(exc: BaseException) -> Failure:
     for error_type, reason in _PERMANENT.items():
         if isinstance(exc, error_type):
             return Failure(reason=reason, transient=False, error=error)
-    if isinstance(exc, OrderNotVisible):
-        return Failure(reason=Reason.ORDER_NOT_VISIBLE, transient=True, error=error)
     if isinstance(exc, DatabaseError | MySQLdb.Error):
         code = _database_error_code(exc)
         if code == ER_LOCK_DEADLOCK:
@@ -78,7 +89,7 @@ def failure_classify(exc: BaseException) -> Failure:
         # InterfaceError: Django or the driver found the connection already closed.
         if code in CONNECTION_ERRORS or isinstance(exc, InterfaceError | MySQLdb.InterfaceError):
             return Failure(reason=Reason.DATABASE_UNAVAILABLE, transient=True, error=error)
-    return Failure(reason=Reason.UNEXPECTED, transient=False, error=error)
+    return Failure(reason=Reason.UNEXPECTED, transient=True, error=error)
 
 
 def retry_allowed(failure: Failure, *, retries: int) -> bool:

@@ -5,12 +5,14 @@ message is applied at least once; the UNIQUE order_id in the award service makes
 """
 
 import logging
+import time
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 from celery import Task, shared_task
 from celery.exceptions import Reject
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connections
 from django.utils import timezone
 
 from credits import metrics, retry, services
@@ -21,6 +23,21 @@ logger = logging.getLogger(__name__)
 
 # Carried from one retry to the next, so the dead letter can say when the message first failed.
 FIRST_FAILED_HEADER = "credits_first_failed_at"
+
+T = TypeVar("T")
+
+
+def _through_outage(call: Callable[[], T]) -> T:
+    """Return call(); while the credits database cannot be reached, wait for it (a while) and call again."""
+    until = time.monotonic() + retry.OUTAGE_WAIT_SECONDS
+    while True:
+        try:
+            return call()
+        except Exception as exc:
+            if not retry.failure_classify(exc).outage or time.monotonic() >= until:
+                raise
+            if not services.credits_database_wait(until=until):
+                raise
 
 
 def _first_failed_at(request) -> datetime | None:
@@ -36,6 +53,8 @@ def _fail(task: Task, exc: Exception, payload: Any) -> NoReturn:
     """Retry the message after a transient failure, or dead-letter it: record it, then reject it to credits.dead."""
     failure = retry.failure_classify(exc)
     request = task.request
+    if failure.outage:
+        _requeue_during_outage(task, failure, exc)
     now = timezone.now()
     first_failed_at = _first_failed_at(request) or now
     error = failure.error
@@ -62,20 +81,28 @@ def _fail(task: Task, exc: Exception, payload: Any) -> NoReturn:
 
     attempts = request.retries + 1
     recorded = "recorded for the admin"
+    connection = connections[services.credits_database()]
     if isinstance(exc, DatabaseError) and not connection.in_atomic_block:
         # The failed connection may be unusable; the record below opens a fresh one.
         connection.close()
     try:
-        services.dead_letter_record(
-            message_id=str(request.id),
-            payload=payload,
-            reason=failure.reason,
-            error=error,
-            attempts=attempts,
-            first_failed_at=first_failed_at,
-            last_failed_at=now,
+        _through_outage(
+            lambda: services.dead_letter_record(
+                message_id=str(request.id),
+                payload=payload,
+                reason=failure.reason,
+                error=error,
+                attempts=attempts,
+                first_failed_at=first_failed_at,
+                last_failed_at=now,
+            )
         )
-    except Exception as record_exc:  # the broker copy in credits.dead still holds the message
+    except Exception as record_exc:
+        record_failure = retry.failure_classify(record_exc)
+        if record_failure.outage:
+            # Every dead letter gets its row: try the whole message again once the database is back.
+            _requeue_during_outage(task, record_failure, record_exc)
+        # The broker copy in credits.dead still holds the message.
         recorded = f"NOT recorded for the admin ({type(record_exc).__name__}: {record_exc}); it is in credits.dead"
     metrics.DEAD_LETTERED.labels(reason=failure.reason).inc()
     logger.error(
@@ -89,6 +116,18 @@ def _fail(task: Task, exc: Exception, payload: Any) -> NoReturn:
     )
     # Not requeued: the broker routes a rejected message through credits.dlx to the credits.dead queue.
     raise Reject(error, requeue=False) from exc
+
+
+def _requeue_during_outage(task: Task, failure: retry.Failure, exc: Exception) -> NoReturn:
+    """Put the message back on the queue as it was: the database being down is not the message's fault."""
+    metrics.OUTAGE_REQUEUES.inc()
+    logger.warning(
+        "credits message %s put back on the queue: the credits database has not answered for %.0fs (%s)",
+        task.request.id,
+        retry.OUTAGE_WAIT_SECONDS,
+        failure.error,
+    )
+    raise Reject(failure.error, requeue=True) from exc
 
 
 @shared_task(
@@ -110,11 +149,13 @@ def award_credits(self: Task, *args: Any, **kwargs: Any) -> str:
         if not well_formed_call:
             raise MalformedMessage('expected keyword argument "message" only')
         message = award_message_parse(payload)
-        award = services.credit_award(
-            transaction_id=message.transaction_id,
-            order_id=message.order_id,
-            user_id=message.user_id,
-            total=message.total,
+        award = _through_outage(
+            lambda: services.credit_award(
+                transaction_id=message.transaction_id,
+                order_id=message.order_id,
+                user_id=message.user_id,
+                total=message.total,
+            )
         )
     except Exception as exc:  # every failure goes through the one retry policy
         _fail(self, exc, payload)

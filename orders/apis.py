@@ -109,7 +109,8 @@ class OrderListCreateApi(APIView):
     def get(self, request):
         paginator = LimitOffsetPagination()
         page = paginator.paginate_queryset(selectors.order_list(user=request.user), request, view=self)
-        return paginator.get_paginated_response(OrderOutputSerializer(page, many=True).data)
+        orders = selectors.orders_with_credit_status(page)
+        return paginator.get_paginated_response(OrderOutputSerializer(orders, many=True).data)
 
     @extend_schema(
         request=OrderInputSerializer,
@@ -131,9 +132,10 @@ class OrderListCreateApi(APIView):
         serializer.is_valid(raise_exception=True)
         placement = services.order_create(user=request.user, idempotency_key=key, **serializer.validated_data)
         order = placement.order
-        order.credit_status = (
-            selectors.CREDIT_PENDING if placement.created else selectors.order_credit_status(order=order)
-        )
+        if placement.created:
+            order.credit_status = selectors.CREDIT_PENDING
+        else:
+            selectors.orders_with_credit_status([order])
         headers = {} if placement.created else {"Idempotent-Replayed": "true"}
         return Response(order_data(order), status=status.HTTP_201_CREATED, headers=headers)
 

@@ -1,10 +1,15 @@
-"""Reads for orders: a user's own orders, and the check-back of a local transaction."""
+"""Reads for orders: a user's own orders with their credit status, and the check-back of a local transaction.
+
+Orders come from the order service's database; their credit status from the credits service's, in a separate query
+per page (never a join across the two).
+"""
 
 import re
+from collections.abc import Sequence
 
 from django.db.models import QuerySet
 
-from credits.selectors import CreditStatus, credit_status_expression
+from credits.selectors import CreditStatus, credit_statuses
 from orders.models import Order
 from orders.services import BUSINESS_ORDER
 
@@ -13,18 +18,22 @@ TRANSACTION_ID = re.compile(r"[0-9a-f]{32}")
 
 
 def order_list(*, user) -> QuerySet[Order]:
-    """Return the user's orders, newest first, each annotated with its credit status."""
-    return Order.objects.filter(user=user).annotate(credit_status=credit_status_expression()).order_by("-id")
+    """Return the user's orders, newest first; give a page of them to orders_with_credit_status."""
+    return Order.objects.filter(user=user).order_by("-id")
+
+
+def orders_with_credit_status(orders: Sequence[Order]) -> Sequence[Order]:
+    """Set `credit_status` on each of these orders (one query on the credits database) and return them."""
+    statuses = credit_statuses(order_ids=[order.pk for order in orders])
+    for order in orders:
+        order.credit_status = statuses[order.pk]
+    return orders
 
 
 def order_get(*, user, order_id: int) -> Order | None:
-    """Return the user's order with that id, or None when it does not exist or belongs to someone else."""
-    return order_list(user=user).filter(pk=order_id).first()
-
-
-def order_credit_status(*, order: Order) -> str:
-    """Return the credit status of one order."""
-    return Order.objects.filter(pk=order.pk).annotate(s=credit_status_expression()).values_list("s", flat=True)[0]
+    """Return the user's order with that id and its credit status, or None when it is missing or someone else's."""
+    order = order_list(user=user).filter(pk=order_id).first()
+    return None if order is None else orders_with_credit_status([order])[0]
 
 
 def transaction_check(*, user, transaction_id: str) -> dict | None:

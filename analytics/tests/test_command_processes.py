@@ -23,6 +23,7 @@ from django.utils import timezone
 from analytics.models import NightlyRun
 from analytics.seed import seed_demo_data
 from orders.models import Order
+from tests.processes import service_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -34,16 +35,9 @@ DAY = timezone.now().date() - timedelta(days=1)
 
 def command_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The environment of a run against this test's database (its rows are committed) and report directory."""
-    db = connection.settings_dict
-    return {
-        **os.environ,
-        "DATABASE_URL": f"mysql://{db['USER']}:{db['PASSWORD']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 3306}/"
-        f"{db['NAME']}",
-        "REPORTS_DIR": str(tmp_path / "reports"),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "PYSPARK_PYTHON": sys.executable,
-        **extra,
-    }
+    return service_env(
+        REPORTS_DIR=str(tmp_path / "reports"), SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, **extra
+    )
 
 
 def run_command(env: dict[str, str], *args: str, timeout: int = 600) -> subprocess.CompletedProcess:

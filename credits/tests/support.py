@@ -12,14 +12,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from django.conf import settings
-from django.db import connection
+from django.db import connections
 from kombu import Connection
 
 from config.celery import CREDITS_DEAD_QUEUE, CREDITS_QUEUE, app
 from orders.services import order_create
 from outbox.models import TransactionLog
+from tests.processes import service_env
 
 AWARD_TASK = "credits.award_credits"
+CREDITS = "credits"
 
 
 def place_order(*, user, total: int = 3) -> tuple[int, dict]:
@@ -89,7 +91,7 @@ class DatabaseFaults:
     """
 
     def install(self) -> None:
-        with connection.cursor() as cursor:
+        with connections[CREDITS].cursor() as cursor:
             self._drop(cursor)
             cursor.execute(
                 "CREATE TABLE credit_test_faults (order_id BIGINT PRIMARY KEY, remaining INT NOT NULL,"
@@ -119,7 +121,7 @@ class DatabaseFaults:
             )
 
     def remove(self) -> None:
-        with connection.cursor() as cursor:
+        with connections[CREDITS].cursor() as cursor:
             self._drop(cursor)
 
     @staticmethod
@@ -129,19 +131,19 @@ class DatabaseFaults:
 
     def set(self, order_id: int, *, refuse: int = 0, sleep: float = 0.0) -> None:
         """Refuse the next `refuse` inserts of this order's credit, and pause every one for `sleep` seconds."""
-        with connection.cursor() as cursor:
+        with connections[CREDITS].cursor() as cursor:
             cursor.execute(
                 "REPLACE INTO credit_test_faults (order_id, remaining, sleep_seconds) VALUES (%s, %s, %s)",
                 [order_id, refuse, sleep],
             )
 
     def clear(self, order_id: int) -> None:
-        with connection.cursor() as cursor:
+        with connections[CREDITS].cursor() as cursor:
             cursor.execute("DELETE FROM credit_test_faults WHERE order_id = %s", [order_id])
 
     def pausing(self) -> list[int]:
         """Return the connection ids of inserts paused in the trigger right now, inside their award transaction."""
-        with connection.cursor() as cursor:
+        with connections[CREDITS].cursor() as cursor:
             # The process list shows the trigger's own statement while it runs, not the INSERT.
             cursor.execute(
                 "SELECT ID FROM information_schema.PROCESSLIST"
@@ -151,12 +153,12 @@ class DatabaseFaults:
 
     def kill_connection(self, connection_id: int) -> None:
         """Drop a client's connection from the server side, as a server restart or a network cut would."""
-        with connection.cursor() as cursor:
+        with connections[CREDITS].cursor() as cursor:
             cursor.execute("KILL CONNECTION %s", [connection_id])
 
     def attempts(self, order_id: int) -> list[tuple[int, object]]:
         """Return (connection id, time) of every insert attempt for the order's credit, oldest first."""
-        with connection.cursor() as cursor:
+        with connections[CREDITS].cursor() as cursor:
             cursor.execute(
                 "SELECT connection_id, at FROM credit_test_attempts WHERE order_id = %s ORDER BY id", [order_id]
             )
@@ -177,14 +179,7 @@ class Worker:
         self.process: subprocess.Popen | None = None
 
     def start(self, *, timeout: float = 60.0) -> "Worker":
-        db = connection.settings_dict
-        env = {
-            **os.environ,
-            "DATABASE_URL": f"mysql://{db['USER']}:{db['PASSWORD']}@{db['HOST']}:{db['PORT'] or 3306}/{db['NAME']}",
-            "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-            "PYTHONUNBUFFERED": "1",
-            **self.env,
-        }
+        env = service_env(**self.env)
         command = [
             sys.executable,
             "-m",

@@ -76,11 +76,11 @@ def test_replay_awards_once_however_often_it_is_clicked(operator, user):
 def test_replay_of_many_reports_each_outcome(operator, user):
     _, good = place_order(user=user, total=2)
     _, bad = place_order(user=user, total=2)
-    letters = [dead_letter(good), dead_letter({**bad, "total": 3}, reason=DeadLetter.Reason.MISMATCH)]
+    letters = [dead_letter(good), dead_letter({**bad, "total": 0}, reason=DeadLetter.Reason.MALFORMED)]
     response = act(operator, "replay", letters)
     shown = [str(m) for m in response.context["messages"]]
     assert any("1 awarded" in m and "1 failed again" in m for m in shown)
-    assert any("AwardMismatch" in m for m in shown)
+    assert any("MalformedMessage" in m for m in shown)
     assert [d.status for d in DeadLetter.objects.order_by("pk")] == ["replayed", "open"]
 
 

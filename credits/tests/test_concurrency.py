@@ -5,7 +5,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from django.db import connection
+from django.db import connections
 from django.db.models import Sum
 
 from credits import services
@@ -37,7 +37,7 @@ def run_concurrently(payloads: list[dict]) -> list:
                 except Exception as exc:  # collected and asserted on by the test
                     results.append(exc)
         finally:
-            connection.close()
+            connections.close_all()
         return results
 
     with ThreadPoolExecutor(THREADS) as pool:
@@ -51,7 +51,7 @@ def test_the_same_message_delivered_to_many_consumers_at_once_awards_once(user):
     assert not [r for r in results if isinstance(r, Exception)]
     assert sum(r.created for r in results) == 1
     assert OrderCredit.objects.filter(order_id=order_id).count() == 1
-    assert CreditBalance.objects.get(user=user).balance == 14
+    assert CreditBalance.objects.get(user_id=user.pk).balance == 14
 
 
 @pytest.mark.django_db(transaction=True)
@@ -64,8 +64,8 @@ def test_a_concurrent_burst_for_one_new_user_loses_nothing_and_never_deadlocks(u
     errors = [r for r in results if isinstance(r, Exception)]
     assert not errors, errors[:3]
     assert sum(r.created for r in results) == len(payloads)
-    entries = OrderCredit.objects.filter(user=user)
+    entries = OrderCredit.objects.filter(user_id=user.pk)
     assert entries.count() == len(payloads)
     expected = 2 * sum(p["total"] for p in payloads)
     assert entries.aggregate(s=Sum("total"))["s"] == expected
-    assert CreditBalance.objects.get(user=user).balance == expected
+    assert CreditBalance.objects.get(user_id=user.pk).balance == expected

@@ -2,7 +2,7 @@ import pytest
 from django.db import InterfaceError, OperationalError, connection, connections
 
 from credits import retry
-from credits.errors import AwardMismatch, MalformedMessage, OrderNotVisible, UnsupportedSchemaVersion
+from credits.errors import MalformedMessage, UnsupportedSchemaVersion
 from credits.models import DeadLetter
 
 Reason = DeadLetter.Reason
@@ -25,9 +25,9 @@ def test_server_errors_worth_retrying_are_transient(code, reason):
 
 
 @pytest.mark.django_db
-def test_other_server_errors_are_permanent():
+def test_other_server_errors_are_not_known_to_be_permanent_so_are_retried():
     failure = retry.failure_classify(server_error(1644))
-    assert (failure.reason, failure.transient) == (Reason.UNEXPECTED, False)
+    assert (failure.reason, failure.transient, failure.outage) == (Reason.UNEXPECTED, True, False)
 
 
 @pytest.mark.parametrize(
@@ -50,20 +50,19 @@ def test_the_database_being_down_is_transient():
     backend = connections["default"].__class__(dead, alias="down")
     with pytest.raises(OperationalError) as info:
         backend.ensure_connection()
-    assert retry.failure_classify(info.value).transient
+    assert retry.failure_classify(info.value).outage
 
 
 @pytest.mark.parametrize(
     ("exc", "reason", "transient"),
     [
-        (OrderNotVisible("not yet"), Reason.ORDER_NOT_VISIBLE, True),
         (MalformedMessage("bad"), Reason.MALFORMED, False),
         (UnsupportedSchemaVersion("v9"), Reason.UNSUPPORTED_SCHEMA, False),
-        (AwardMismatch("total"), Reason.MISMATCH, False),
-        (ValueError("bug"), Reason.UNEXPECTED, False),
+        # Not known to be permanent, so retried: the design reconsumes every failing message before dead-lettering.
+        (ValueError("bug"), Reason.UNEXPECTED, True),
     ],
 )
-def test_domain_errors(exc, reason, transient):
+def test_only_a_malformed_message_or_an_unknown_schema_is_permanent(exc, reason, transient):
     failure = retry.failure_classify(exc)
     assert (failure.reason, failure.transient) == (reason, transient)
     assert type(exc).__name__ in failure.error
@@ -71,7 +70,7 @@ def test_domain_errors(exc, reason, transient):
 
 def test_transient_failures_retry_up_to_the_limit(settings):
     settings.CREDITS_MAX_RETRIES = 3
-    transient = retry.failure_classify(OrderNotVisible("x"))
+    transient = retry.failure_classify(ValueError("x"))
     assert [retry.retry_allowed(transient, retries=n) for n in range(5)] == [True, True, True, False, False]
     assert not retry.retry_allowed(retry.failure_classify(MalformedMessage("x")), retries=0)
 

@@ -7,10 +7,13 @@ import pytest
 from celery import states
 from celery.canvas import Signature
 from celery.exceptions import Reject
+from django.db import connections
+from django.db.utils import OperationalError as DatabaseOperationalError
 from kombu.exceptions import OperationalError
 from prometheus_client import REGISTRY, generate_latest
 
-from credits.models import DeadLetter
+from credits import services
+from credits.models import DeadLetter, OrderCredit
 from credits.tasks import award_credits
 from credits.tests.support import place_order
 
@@ -47,17 +50,65 @@ def test_a_malformed_message_is_dead_lettered_at_once_and_logged_once(user, capl
     assert sample("creditshop_credits_dead_lettered_total", reason="malformed") == before + 1
 
 
-def test_a_transient_failure_is_retried_the_configured_number_of_times_then_dead_lettered(user, settings):
+def refused(*args, **kwargs):
+    """The injected fault: the database refuses the award with an error nobody foresaw (a trigger's SQLSTATE)."""
+    raise DatabaseOperationalError(1644, "injected: insert refused")
+
+
+def test_a_failure_not_known_to_be_permanent_is_retried_the_configured_number_of_times_then_dead_lettered(
+    user, settings
+):
     settings.CREDITS_MAX_RETRIES = 2
     _, payload = place_order(user=user)
-    missing = {**payload, "order_id": payload["order_id"] + 10_000}
-    retries_before = sample("creditshop_credits_retries_total", reason="order_not_visible")
-    result = run(missing)
+    retries_before = sample("creditshop_credits_retries_total", reason="unexpected")
+    with mock.patch.object(services, "credit_award", side_effect=refused):
+        result = run(payload)
     assert result.state == states.REJECTED
     letter = DeadLetter.objects.get()
-    assert (letter.reason, letter.attempts) == ("order_not_visible", 3)
-    assert letter.payload == missing
-    assert sample("creditshop_credits_retries_total", reason="order_not_visible") == retries_before + 2
+    assert (letter.reason, letter.attempts) == ("unexpected", 3)
+    assert letter.payload == payload
+    assert sample("creditshop_credits_retries_total", reason="unexpected") == retries_before + 2
+
+
+# Waiting for the database closes its connection, as a worker does between tasks: no test transaction around it.
+@pytest.mark.django_db(transaction=True)
+def test_an_unreachable_database_spends_no_retry_and_makes_no_dead_letter(user, monkeypatch):
+    """While the credits database is down the message waits, then goes back to the queue as it was."""
+    _, payload = place_order(user=user)
+    monkeypatch.setattr("credits.retry.OUTAGE_WAIT_SECONDS", 0.3)
+    down = DatabaseOperationalError(2003, "Can't connect to MySQL server (injected)")
+    retries_before = sample("creditshop_credits_retries_total", reason="database_unavailable")
+    requeues_before = sample("creditshop_credits_outage_requeues_total")
+    with (
+        mock.patch.object(services, "credit_award", side_effect=down) as award,
+        mock.patch.object(services, "credits_database_wait", wraps=services.credits_database_wait) as wait,
+    ):
+        result = run(payload)
+    assert result.state == states.REJECTED
+    assert award.call_count >= 2, "the award is tried again once the database takes a connection"
+    assert wait.call_count >= 1
+    assert not DeadLetter.objects.exists()
+    assert sample("creditshop_credits_retries_total", reason="database_unavailable") == retries_before
+    assert sample("creditshop_credits_outage_requeues_total") == requeues_before + 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_award_interrupted_by_an_outage_completes_once_the_database_answers(user, monkeypatch):
+    _, payload = place_order(user=user, total=4)
+    outcomes = iter([DatabaseOperationalError(2013, "Lost connection (injected)")])
+    real_award = services.credit_award
+
+    def flaky(**kwargs):
+        failure = next(outcomes, None)
+        if failure is not None:
+            connections["credits"].close()
+            raise failure
+        return real_award(**kwargs)
+
+    with mock.patch.object(services, "credit_award", side_effect=flaky):
+        assert run(payload).get() == "awarded"
+    assert OrderCredit.objects.get(order_id=payload["order_id"]).total == 8
+    assert not DeadLetter.objects.exists()
 
 
 def test_a_call_without_the_message_keyword_is_dead_lettered(user):
@@ -75,17 +126,17 @@ def test_open_dead_letters_are_a_gauge_in_metrics(user):
 
 def test_a_retry_that_cannot_be_published_is_dead_lettered_with_a_row(user):
     _, payload = place_order(user=user)
-    missing = {**payload, "order_id": payload["order_id"] + 10_000}
     # As in a worker: not called directly, not eager; the broker refuses the retry's publish (the injected fault).
-    award_credits.push_request(id=missing["transaction_id"], retries=0, called_directly=False, is_eager=False)
+    award_credits.push_request(id=payload["transaction_id"], retries=0, called_directly=False, is_eager=False)
     try:
         with (
+            mock.patch.object(services, "credit_award", side_effect=refused),
             mock.patch.object(Signature, "apply_async", side_effect=OperationalError("broker down")),
             pytest.raises(Reject),
         ):
-            award_credits.run(message=missing)
+            award_credits.run(message=payload)
     finally:
         award_credits.pop_request()
     letter = DeadLetter.objects.get()
-    assert (letter.reason, letter.attempts) == ("order_not_visible", 1)
+    assert (letter.reason, letter.attempts) == ("unexpected", 1)
     assert "the retry could not be published" in letter.error

@@ -36,7 +36,7 @@ def logged_at(worker, what: str, task_id: str) -> datetime:
 
 
 def balance(user) -> int:
-    return CreditBalance.objects.get(user=user).balance
+    return CreditBalance.objects.get(user_id=user.pk).balance
 
 
 def assert_all_acknowledged(*workers) -> None:
@@ -122,7 +122,7 @@ def test_a_worker_killed_during_a_burst_loses_nothing_and_doubles_nothing(start_
     assert OrderCredit.objects.values("order_id").distinct().count() == len(payloads)
     for user in users:
         expected = 2 * sum(p["total"] for p in payloads if p["user_id"] == user.pk)
-        assert OrderCredit.objects.filter(user=user).aggregate(s=Sum("total"))["s"] == expected
+        assert OrderCredit.objects.filter(user_id=user.pk).aggregate(s=Sum("total"))["s"] == expected
         assert balance(user) == expected
     assert not DeadLetter.objects.exists()
 
@@ -142,7 +142,9 @@ def test_a_failure_that_recovers_on_the_second_try_awards_once(db_faults, start_
     assert queue_depth(CREDITS_DEAD_QUEUE) == 0
 
 
-def test_a_database_connection_lost_mid_award_is_retried_on_a_new_connection(db_faults, start_worker, user):
+def test_a_database_connection_lost_mid_award_is_tried_again_on_a_new_connection_spending_no_retry(
+    db_faults, start_worker, user
+):
     order_id, payload = place_order(user=user, total=2)
     db_faults.set(order_id, sleep=2.0)
     worker = start_worker("cut", **FAST_RETRIES)
@@ -152,7 +154,7 @@ def test_a_database_connection_lost_mid_award_is_retried_on_a_new_connection(db_
     db_faults.clear(order_id)
     wait_until(lambda: outcomes(worker), timeout=60, what="the retried award")
     assert outcomes(worker) == ["awarded"]
-    assert worker.count(r"failed \(database_unavailable\), retry 1") == 1
+    assert worker.count(r"retry: Retry in") == 0, "a lost connection is the database's fault, not the message's"
     assert len({cid for cid, _ in db_faults.attempts(order_id)}) == 2
     assert OrderCredit.objects.filter(order_id=order_id).count() == 1
     assert balance(user) == 4
@@ -242,7 +244,7 @@ def test_balance_equals_the_sum_of_entries_after_a_concurrent_burst_for_one_user
     wait_until(lambda: len(outcomes(*workers)) == 2 * len(payloads), timeout=120, what="every delivery handled")
     assert sorted(set(outcomes(*workers))) == ["awarded", "duplicate"]
     assert outcomes(*workers).count("awarded") == len(payloads)
-    entries = OrderCredit.objects.filter(user=user)
+    entries = OrderCredit.objects.filter(user_id=user.pk)
     assert entries.count() == len(payloads)
     assert balance(user) == entries.aggregate(s=Sum("total"))["s"] == 2 * sum(p["total"] for p in payloads)
     assert not any(w.count("retry: Retry in") for w in workers), "no award should have needed a retry"

@@ -2,7 +2,6 @@
 
 import contextlib
 import json
-import os
 import socket
 import sys
 import threading
@@ -13,12 +12,12 @@ from pathlib import Path
 
 import pytest
 from django.conf import settings
-from django.db import connection
 from kombu import Connection
 
 from config.celery import CREDITS_QUEUE, OUTBOX_QUEUE, app
 from outbox.ids import new_transaction_id
 from outbox.models import TransactionLog
+from tests.processes import service_env
 
 BASE_DIR = Path(settings.BASE_DIR)
 # Ports for processes and proxies these tests start (this suite's share of the machine).
@@ -196,19 +195,8 @@ def closed_port_url() -> str:
 
 
 def subprocess_env(**extra: str) -> dict[str, str]:
-    """Environment for a child process using this test run's database and broker vhost."""
-    db = connection.settings_dict
-    env = dict(os.environ)
-    env.update(
-        DATABASE_URL=(
-            f"mysql://{db['USER']}:{db['PASSWORD']}@{db['HOST'] or '127.0.0.1'}:{db['PORT'] or 3306}/{db['NAME']}"
-        ),
-        CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
-        PYTHONPATH=str(BASE_DIR),
-        PYTHONUNBUFFERED="1",
-    )
-    env.update(extra)
-    return env
+    """Environment for a child process using this test run's databases and broker vhost."""
+    return service_env(**extra)
 
 
 PYTHON = sys.executable
