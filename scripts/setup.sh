@@ -50,10 +50,28 @@ if ! cmp -s requirements.txt .venv/.requirements.installed; then
   cp requirements.txt .venv/.requirements.installed
 fi
 
-log "Preparing the database"
-db_name=$(.venv/bin/python -c "
-import os; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'config.settings')
-import django; django.setup(); from django.conf import settings; print(settings.DATABASES['default']['NAME'])")
-mysql -uroot -h127.0.0.1 -e "CREATE DATABASE IF NOT EXISTS \`$db_name\` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
+log "Preparing the databases (orders: DATABASE_URL, credits: CREDITS_DATABASE_URL)"
+# Each service's database is created if missing and migrated under its own alias; both may be one database.
+.venv/bin/python - <<'PY'
+import os
+
+import MySQLdb
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+import django
+
+django.setup()
+from django.conf import settings
+
+for alias, db in settings.DATABASES.items():
+    server = MySQLdb.connect(
+        host=db["HOST"] or "127.0.0.1", port=int(db["PORT"] or 3306), user=db["USER"], password=db["PASSWORD"]
+    )
+    server.cursor().execute(
+        f"CREATE DATABASE IF NOT EXISTS `{db['NAME']}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
+    )
+    server.close()
+PY
 .venv/bin/python manage.py migrate --no-input -v 0
+.venv/bin/python manage.py migrate --database credits --no-input -v 0
 log "Setup done"
