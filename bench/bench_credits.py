@@ -4,9 +4,10 @@ It writes N orders with their transaction_log rows (bulk, as seed data), publish
 `credits` queue exactly as the relay does (plus optional re-deliveries), then starts real
 `celery -A config worker -Q credits` processes and times the drain from the database's own timestamps.
 
-    export DATABASE_URL=mysql://root:@127.0.0.1:3306/creditshop_credits
+    export DATABASE_URL=mysql://root:@127.0.0.1:3306/creditshop_bench_orders
+    export CREDITS_DATABASE_URL=mysql://root:@127.0.0.1:3306/creditshop_bench_credits
     export CELERY_BROKER_URL=amqp://guest:guest@127.0.0.1:5672/credits
-    python manage.py migrate
+    python manage.py migrate && python manage.py migrate --database credits
     DJANGO_DEBUG=false python bench/bench_credits.py --messages 20000 --processes 2 --pool solo
 
 Exit status 1 when an order is credited twice or not at all, or a balance disagrees with its entries.
@@ -31,7 +32,8 @@ django.setup()
 
 from django.conf import settings  # noqa: E402
 from django.contrib.auth import get_user_model  # noqa: E402
-from django.db import connection  # noqa: E402
+from django.db import connections  # noqa: E402
+from django.db.models import Sum  # noqa: E402
 from kombu import Connection  # noqa: E402
 
 from config.celery import CREDITS_DEAD_QUEUE, CREDITS_QUEUE, app  # noqa: E402
@@ -68,10 +70,12 @@ def parse_args() -> argparse.Namespace:
 def bench_cleanup() -> None:
     """Delete every row an earlier run of this bench wrote."""
     users = get_user_model().objects.filter(username__startswith=USER_PREFIX)
+    user_ids = list(users.values_list("pk", flat=True))
     orders = Order.objects.filter(user__in=users)
-    OrderCredit.objects.filter(user__in=users).delete()
-    CreditBalance.objects.filter(user__in=users).delete()
-    DeadLetter.objects.filter(order_id__in=orders.values("pk")).delete()
+    # Two databases: ids are read from one and used in the other, never joined.
+    OrderCredit.objects.filter(user_id__in=user_ids).delete()
+    CreditBalance.objects.filter(user_id__in=user_ids).delete()
+    DeadLetter.objects.filter(order_id__in=list(orders.values_list("pk", flat=True))).delete()
     TransactionLog.objects.filter(
         business=BUSINESS_ORDER, foreign_key__in=[str(pk) for pk in orders.values_list("pk", flat=True)]
     ).delete()
@@ -259,21 +263,22 @@ def main() -> int:
         workers_stop(processes)
 
     credits = bench_credits(order_range)
-    with connection.cursor() as cursor:
+    user_ids = list(get_user_model().objects.filter(username__startswith=USER_PREFIX).values_list("pk", flat=True))
+    with connections["credits"].cursor() as cursor:
         cursor.execute(
             "SELECT COUNT(*), COUNT(DISTINCT order_id), TIMESTAMPDIFF(MICROSECOND, MIN(created_at), MAX(created_at))"
             " FROM order_credits WHERE order_id BETWEEN %s AND %s",
             order_range,
         )
         rows, distinct_orders, span_us = cursor.fetchone()
-        cursor.execute(
-            "SELECT COUNT(*) FROM credit_balances b LEFT JOIN"
-            " (SELECT user_id, SUM(total) AS total FROM order_credits GROUP BY user_id) c ON c.user_id = b.user_id"
-            " JOIN auth_user u ON u.id = b.user_id"
-            " WHERE u.username LIKE %s AND b.balance <> COALESCE(c.total, 0)",
-            [f"{USER_PREFIX}%"],
-        )
-        wrong_balances = cursor.fetchone()[0]
+    sums = dict(
+        OrderCredit.objects.filter(user_id__in=user_ids)
+        .values("user_id")
+        .annotate(s=Sum("total"))
+        .values_list("user_id", "s")
+    )
+    balances = CreditBalance.objects.filter(user_id__in=user_ids).values_list("user_id", "balance")
+    wrong_balances = sum(1 for user_id, balance in balances if balance != sums.get(user_id, 0))
     expected_total = 2 * sum(p["total"] for p in payloads)
     awarded_total = sum(credits.values_list("total", flat=True))
     dead_letters = DeadLetter.objects.filter(order_id__gte=order_range[0], order_id__lte=order_range[1]).count()
