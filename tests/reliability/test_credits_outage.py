@@ -1,0 +1,106 @@
+"""A fault only two databases allow: the credits database's server crashes for 20 s while orders keep coming.
+
+The order service does not notice (no order refused, none slower), the credits consumer pauses without spending
+any message's retries, and once the server is back the credits catch up by themselves: nothing lost, nothing
+credited twice, no dead letter, nobody replaying anything.
+"""
+
+import re
+import time
+
+import pytest
+import requests
+from django.db import connections
+from rest_framework.authtoken.models import Token
+
+from config.celery import CREDITS_DEAD_QUEUE
+from credits.tests.support import queue_depth
+from tests.reliability.harness import Ledger, OrderStream, wait_for_credits
+
+pytestmark = pytest.mark.slow
+
+RATE = 20  # orders per second, across all clients
+OUTAGE_SECONDS = 20
+LATENCY_P99_LIMIT_SECONDS = 0.050
+CATCH_UP_LIMIT_SECONDS = 60
+
+
+def longest_wait_for_credit(user_ids: list[int]) -> float:
+    """Return the longest time, in seconds, between an order's commit and its credit's (each from its own database)."""
+    placeholders = ",".join(["%s"] * len(user_ids))
+    with connections["default"].cursor() as cursor:
+        cursor.execute(f"SELECT id, created_at FROM orders WHERE user_id IN ({placeholders})", user_ids)
+        placed = dict(cursor.fetchall())
+    with connections["credits"].cursor() as cursor:
+        cursor.execute(f"SELECT order_id, created_at FROM order_credits WHERE user_id IN ({placeholders})", user_ids)
+        credited = dict(cursor.fetchall())
+    return max((credited[oid] - at).total_seconds() for oid, at in placed.items() if oid in credited)
+
+
+def test_orders_flow_and_credits_catch_up_while_the_credits_database_is_down(
+    cluster, credits_on_second_server, make_user, capsys
+):
+    server = credits_on_second_server
+    users = [make_user(f"outage{i}") for i in range(4)]
+    user_ids = [u.pk for u in users]
+    tokens = [Token.objects.create(user=u).key for u in users]
+    cluster.start()
+    ledger = Ledger()
+    stream = OrderStream(cluster.base_url, tokens, rate=RATE, ledger=ledger)
+    stream.start()
+    try:
+        time.sleep(5)
+        down_at = time.monotonic()
+        server.kill()
+        time.sleep(OUTAGE_SECONDS / 2)
+        health = requests.get(f"{cluster.base_url}/healthz", timeout=10)
+        listing = requests.get(
+            f"{cluster.base_url}/api/orders/", headers={"Authorization": f"Token {tokens[0]}"}, timeout=10
+        )
+        time.sleep(OUTAGE_SECONDS / 2)
+        restart_seconds = server.start()
+        back_at = time.monotonic()
+        time.sleep(5)
+    finally:
+        stream.stop()
+    stopped_at = time.monotonic()
+    result, drained_in = wait_for_credits(ledger, user_ids, timeout=CATCH_UP_LIMIT_SECONDS)
+    caught_up_in = stopped_at + drained_in - back_at
+    p99_outage, during_outage = ledger.latency_p99(since=down_at, until=back_at)
+    p99_all, _ = ledger.latency_p99()
+    credits_log = (cluster.workdir / "logs" / "credits.log").read_text(errors="replace")
+    retries_spent = len(re.findall(r"failed \(database_unavailable\), retry", credits_log))
+    requeued = credits_log.count("put back on the queue")
+    longest_wait = longest_wait_for_credit(user_ids)
+    with capsys.disabled():
+        print(
+            f"\ncredits server SIGKILLed, restarted {OUTAGE_SECONDS} s later (up again in {restart_seconds:.1f} s)"
+            f"\nclient statuses: {dict(ledger.statuses)}; restarted by the supervisor: {dict(cluster.restarts)}"
+            f"\n{result}\norders acknowledged during the outage: {during_outage}, p99 {p99_outage * 1000:.1f} ms"
+            f" (whole run {p99_all * 1000:.1f} ms)\ncredits caught up {caught_up_in:.1f} s after the server returned;"
+            f" longest order-to-credit wait {longest_wait:.1f} s\nretries spent on the outage: {retries_spent};"
+            f" deliveries put back on the queue: {requeued}; credits.dead: {queue_depth(CREDITS_DEAD_QUEUE)}"
+        )
+
+    # The order service kept taking orders at full speed, and said what it could not know.
+    assert during_outage >= RATE * OUTAGE_SECONDS * 0.8
+    assert set(ledger.statuses) == {201}, dict(ledger.statuses)
+    assert p99_outage <= LATENCY_P99_LIMIT_SECONDS
+    assert health.status_code == 200, health.text
+    assert health.json()["checks"]["credits_database"] != "ok"
+    assert listing.status_code == 200, listing.text
+    assert {order["credit_status"] for order in listing.json()["results"]} == {"unknown"}
+    # The credits were really held up by the outage, then caught up with nobody's help.
+    assert longest_wait >= OUTAGE_SECONDS / 2
+    assert caught_up_in <= CATCH_UP_LIMIT_SECONDS
+    assert result.lost == 0
+    assert result.gave_up == 0
+    assert result.unacknowledged_stored == 0
+    assert result.missing_credits == 0, cluster.logs("credits")
+    assert result.duplicated_credits == 0
+    assert result.wrong_amounts == 0
+    assert result.balance_mismatches == 0
+    # An outage is not the messages' fault: no retry spent on it, no dead letter.
+    assert retries_spent == 0
+    assert result.dead_letters == 0
+    assert queue_depth(CREDITS_DEAD_QUEUE) == 0
