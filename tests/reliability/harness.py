@@ -333,6 +333,23 @@ def wait_for_credits(ledger: Ledger, user_ids: list[int], *, timeout: float) -> 
         time.sleep(0.5)
 
 
+def wait_until_credited(order_ids: set[int], *, timeout: float) -> float:
+    """Poll the credits database until every one of these orders has its credit; return the seconds it took."""
+    from django.db import connections
+
+    started = time.monotonic()
+    connection = connections["credits"]
+    placeholders = ",".join(["%s"] * len(order_ids)) or "NULL"
+    while time.monotonic() - started < timeout:
+        connection.close()  # after a fault, a connection from before it may be gone
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT COUNT(*) FROM order_credits WHERE order_id IN ({placeholders})", list(order_ids))
+            if cursor.fetchone()[0] == len(order_ids):
+                break
+        time.sleep(0.25)
+    return time.monotonic() - started
+
+
 def kill_database_connections(database: str) -> int:
     """KILL every server connection to a database except this process's own; return how many were killed."""
     from django.db import connection
