@@ -57,10 +57,10 @@ def test_orders_flow_and_credits_catch_up_while_the_credits_database_is_down(
         down_at = time.monotonic()
         server.kill()
         time.sleep(OUTAGE_SECONDS / 2)
+        auth = {"Authorization": f"Token {tokens[0]}"}
         health = requests.get(f"{cluster.base_url}/healthz", timeout=10)
-        listing = requests.get(
-            f"{cluster.base_url}/api/orders/", headers={"Authorization": f"Token {tokens[0]}"}, timeout=10
-        )
+        listing = requests.get(f"{cluster.base_url}/api/orders/", headers=auth, timeout=10)
+        balance = requests.get(f"{cluster.base_url}/api/credits/", headers=auth, timeout=10)
         time.sleep(OUTAGE_SECONDS / 2)
         restart_seconds = server.start()
         back_at = time.monotonic()
@@ -92,12 +92,15 @@ def test_orders_flow_and_credits_catch_up_while_the_credits_database_is_down(
     # The order service kept taking orders at full speed, and said what it could not know.
     assert during_outage >= RATE * OUTAGE_SECONDS * 0.8
     assert set(ledger.statuses) == {201}, dict(ledger.statuses)
-    # On a machine too busy to answer within the limit even before the fault, the outage must not make it worse.
-    assert p99_outage <= max(LATENCY_P99_LIMIT_SECONDS, 1.5 * p99_before), (p99_outage, p99_before)
+    # On a machine too busy to answer within the limit even before the fault, the outage must not make it worse
+    # (with room for that machine's noise: placing an order never touches the credits database).
+    assert p99_outage <= max(LATENCY_P99_LIMIT_SECONDS, 2 * p99_before), (p99_outage, p99_before)
     assert health.status_code == 200, health.text
     assert health.json()["checks"]["credits_database"] != "ok"
     assert listing.status_code == 200, listing.text
     assert {order["credit_status"] for order in listing.json()["results"]} == {"unknown"}
+    assert balance.status_code == 503, balance.text
+    assert balance.headers["Retry-After"]
     # The credits were really held up by the outage, then caught up with nobody's help.
     assert longest_wait >= OUTAGE_SECONDS / 2
     assert caught_up_in <= CATCH_UP_LIMIT_SECONDS
