@@ -23,7 +23,7 @@ RATE = 20  # orders per second, across all clients
 OUTAGE_SECONDS = 20
 LATENCY_P99_LIMIT_SECONDS = 0.050
 CATCH_UP_LIMIT_SECONDS = 60
-NOISE_FACTOR = 3
+NOISE_FACTOR = 3  # see the latency assertion
 # gunicorn's first requests load the API; they are not the latency the fault is compared with.
 WARM_UP_SECONDS = 3
 
@@ -76,7 +76,9 @@ def test_orders_flow_and_credits_catch_up_while_the_credits_database_is_down(
     p99_outage, during_outage = ledger.latency_p99(since=down_at, until=back_at)
     p99_before, _ = ledger.latency_p99(since=baseline_from, until=down_at)
     credits_log = (cluster.workdir / "logs" / "credits.log").read_text(errors="replace")
-    retries_spent = len(re.findall(r"failed \(database_unavailable\), retry", credits_log))
+    # Any retry at all: the outage is the only fault, and an error it causes that is not classified as one (say a
+    # lost connection reported some other way) would spend retries too.
+    retries_spent = len(re.findall(r"failed \(\w+\), retry", credits_log))
     requeued = credits_log.count("put back on the queue")
     longest_wait = longest_wait_for_credit(user_ids)
     with capsys.disabled():
