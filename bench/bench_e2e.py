@@ -33,11 +33,11 @@ while True:
 
 
 def run(*, rate: float, seconds: float, polling: bool) -> dict:
-    from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.db import connection
     from rest_framework.authtoken.models import Token
 
+    from tests.processes import service_env
     from tests.reliability.conftest import purge_queues
     from tests.reliability.harness import Cluster, Ledger, OrderStream, wait_for_credits
 
@@ -52,11 +52,7 @@ def run(*, rate: float, seconds: float, polling: bool) -> dict:
         def commands(self) -> dict[str, list[str]]:
             return {**super().commands(), "poller": [sys.executable, "-c", POLLER]}
 
-    cluster = E2ECluster(
-        database_url=BENCH_DATABASE_URL,
-        broker_url=settings.CELERY_BROKER_URL,
-        workdir=Path(tempfile.mkdtemp(prefix="creditshop-e2e-")),
-    )
+    cluster = E2ECluster(service_env=service_env(), workdir=Path(tempfile.mkdtemp(prefix="creditshop-e2e-")))
     names = ["web", "credits", "poller"] if polling else ["web", "credits", "outbox", "beat", "relay"]
     ledger = Ledger()
     try:

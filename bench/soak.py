@@ -1,14 +1,19 @@
-"""Long soak under faults: a steady stream of retried orders while workers, the relay, the broker and database
-connections are killed in turn, then a Jepsen-style summary of what was attempted, acknowledged, lost and duplicated.
+"""Long soak under faults: a steady stream of retried orders while workers, the relay, the broker, database
+connections and the credits database's server are killed in turn, then a Jepsen-style summary of what was attempted,
+acknowledged, lost and duplicated.
 
-    .venv/bin/python bench/soak.py --minutes 10 [--rate 30] [--fault-every 15]
+    .venv/bin/python bench/soak.py --minutes 10 [--rate 30] [--fault-every 15] [--credits-outage 20]
 
-It uses its own database (BENCH_DATABASE_URL, default creditshop_bench) and the broker of CELERY_BROKER_URL, and
-stops RabbitMQ's app (rabbitmqctl stop_app / start_app) during the run: do not point it at a shared broker.
+The order service uses its own database (BENCH_DATABASE_URL, default creditshop_bench). The credits service's
+database lives on a private MariaDB server the soak starts for the run (tests/mariadb_server.py) and crashes as one
+of its faults. The relay and the workers log in with users confined to their own service's tables
+(tests/database_users.py). It uses the broker of CELERY_BROKER_URL and stops RabbitMQ's app (rabbitmqctl stop_app /
+start_app) during the run: do not point it at a shared broker.
 """
 
 import argparse
 import itertools
+import os
 import sys
 import tempfile
 import time
@@ -16,7 +21,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import BENCH_DATABASE_URL, setup_django  # noqa: E402
+from common import setup_django  # noqa: E402
+
+from tests.mariadb_server import MariaDBServer  # noqa: E402
+from tests.processes import free_port  # noqa: E402
+
+CREDITS_DATABASE = "creditshop_bench_credits"
+FAULTS = ("consumer", "relay", "broker", "connections", "credits-database")
 
 
 def main() -> int:
@@ -26,15 +37,39 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=6)
     parser.add_argument("--fault-every", type=float, default=15, help="seconds between faults")
     parser.add_argument("--drain-limit", type=float, default=60)
+    parser.add_argument(
+        "--credits-outage", type=float, default=20, help="seconds the credits database's server stays down"
+    )
+    parser.add_argument(
+        "--faults",
+        default=",".join(FAULTS),
+        help=f"comma-separated faults to cycle through, in order (default: all of {', '.join(FAULTS)})",
+    )
     args = parser.parse_args()
+    if unknown := set(args.faults.split(",")) - set(FAULTS):
+        parser.error(f"unknown faults: {', '.join(sorted(unknown))}")
 
+    credits_server = MariaDBServer(port=free_port())
+    credits_server.install()
+    credits_server.start()
+    try:
+        return soak(args, credits_server)
+    finally:
+        credits_server.remove()
+
+
+def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
+    credits_server.create_database(CREDITS_DATABASE)
+    os.environ["CREDITS_DATABASE_URL"] = credits_server.url(CREDITS_DATABASE)
     setup_django()
-    from django.conf import settings
     from django.contrib.auth import get_user_model
+    from django.core.management import call_command
     from django.db import connection
     from rest_framework.authtoken.models import Token
     from tqdm import tqdm
 
+    from tests.database_users import ProcessUsers
+    from tests.processes import service_env
     from tests.reliability.conftest import purge_queues
     from tests.reliability.harness import (
         Cluster,
@@ -43,7 +78,10 @@ def main() -> int:
         kill_database_connections,
         rabbitmqctl,
         wait_for_credits,
+        wait_until_credited,
     )
+
+    call_command("migrate", database="credits", verbosity=0)
 
     run = time.strftime("%Y%m%d%H%M%S")
     users = [get_user_model().objects.create(username=f"soak-{run}-{i}") for i in range(args.clients)]
@@ -51,7 +89,11 @@ def main() -> int:
     user_ids = [u.pk for u in users]
     purge_queues()
     workdir = Path(tempfile.mkdtemp(prefix="creditshop-soak-"))
-    cluster = Cluster(database_url=BENCH_DATABASE_URL, broker_url=settings.CELERY_BROKER_URL, workdir=workdir)
+    process_users = ProcessUsers()
+    process_users.create()
+    cluster = Cluster(
+        service_env=service_env(), workdir=workdir, port=free_port(), process_env=process_users.cluster_env()
+    )
 
     def kill_consumer():
         return f"SIGKILL {cluster.kill_pool_children('credits')} consumer pool processes"
@@ -71,7 +113,24 @@ def main() -> int:
     def kill_connections():
         return f"KILL {kill_database_connections(connection.settings_dict['NAME'])} database connections"
 
-    faults = itertools.cycle([kill_consumer, kill_relay, broker_outage, kill_connections])
+    credits_outages: list[tuple[float, float, float]] = []  # (down at, back at, seconds until the backlog was credited)
+
+    def credits_database_outage():
+        down_at = time.monotonic()
+        credits_server.kill()
+        time.sleep(args.credits_outage)
+        credits_server.start()
+        back_at = time.monotonic()
+        with ledger.lock:
+            backlog = {order_id for order_id, _ in ledger.acknowledged.values()}
+        caught_up_in = wait_until_credited(backlog, timeout=args.drain_limit)
+        credits_outages.append((down_at, back_at, caught_up_in))
+        return f"SIGKILL the credits database's server, restarted after {args.credits_outage:.0f} s"
+
+    by_name = dict(
+        zip(FAULTS, [kill_consumer, kill_relay, broker_outage, kill_connections, credits_database_outage], strict=True)
+    )
+    faults = itertools.cycle([by_name[name] for name in args.faults.split(",")])
     injected: list[str] = []
     ledger = Ledger()
     cluster.start()
@@ -97,6 +156,7 @@ def main() -> int:
     finally:
         stream.stop()
         cluster.stop()
+        process_users.drop()
 
     print()
     print(f"faults injected:   {len(injected)}")
@@ -111,10 +171,21 @@ def main() -> int:
     print(f"duplicated:        {result.duplicated_credits} credits, {result.unacknowledged_stored} unacked orders")
     print(f"wrong amounts:     {result.wrong_amounts}")
     print(f"balance mismatch:  {result.balance_mismatches}")
+    print(f"dead letters:      {result.dead_letters}")
+    for down_at, back_at, caught_up_in in credits_outages:
+        p99, count = ledger.latency_p99(since=down_at, until=back_at)
+        print(
+            f"credits db down:   {back_at - down_at:.1f} s, {count} orders acknowledged meanwhile (p99"
+            f" {p99 * 1000:.1f} ms), backlog credited {caught_up_in:.1f} s after the server returned"
+        )
+    p99_all, _ = ledger.latency_p99()
+    print(f"order latency p99: {p99_all * 1000:.1f} ms over the whole run")
     print(f"recovered:         {result.credited} of {result.stored} orders credited")
     print(f"drain time:        all credited at most {drained_in:.1f} s after the last fault ended")
-    print(f"verdict:           {'OK' if result.ok else 'FAILED'}   (logs: {workdir / 'logs'})")
-    return 0 if result.ok and drained_in <= args.drain_limit else 1
+    caught_up = all(caught_up_in <= args.drain_limit for _, _, caught_up_in in credits_outages)
+    ok = result.ok and not result.dead_letters and caught_up and drained_in <= args.drain_limit
+    print(f"verdict:           {'OK' if ok else 'FAILED'}   (logs: {workdir / 'logs'})")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """What a child process started by a test needs to reach this test run's databases and broker."""
 
 import os
+import socket
 from urllib.parse import quote
 
 from django.conf import settings
@@ -31,3 +32,10 @@ def service_env(**extra: str) -> dict[str, str]:
     )
     env.update(extra)
     return env
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that nothing listens on right now (other test runs share the machine)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -7,9 +7,11 @@ process group so a fault can SIGKILL exactly what it means to, and `Cluster.stop
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -25,22 +27,17 @@ ROOT = Path(__file__).resolve().parents[2]
 VENV_BIN = Path(sys.executable).parent
 
 
-def database_url(settings_dict: dict) -> str:
-    """Return a DATABASE_URL for the database Django is connected to (the test database under pytest)."""
-    user, password = settings_dict["USER"], settings_dict["PASSWORD"]
-    host, port = settings_dict["HOST"] or "127.0.0.1", settings_dict["PORT"] or 3306
-    return f"mysql://{user}:{password}@{host}:{port}/{settings_dict['NAME']}"
-
-
 @dataclass
 class Cluster:
-    """The service's processes, started from this checkout against one database and one broker."""
+    """The service's processes, started from this checkout against both services' databases and one broker."""
 
-    database_url: str
-    broker_url: str
+    # Both database URLs and the broker URL (tests.processes.service_env), given to every process.
+    service_env: dict[str, str]
     workdir: Path
     port: int = 18900
     extra_env: dict = field(default_factory=dict)
+    # Per process name: variables only that process gets, over the rest (its own database user, say).
+    process_env: dict[str, dict[str, str]] = field(default_factory=dict)
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     # Like systemd's Restart=always: a process that exits on its own is started again, and counted here. Celery's
     # prefork pool can die on reconnecting after its children were killed (celery/celery#9250, "file descriptor is
@@ -54,19 +51,17 @@ class Cluster:
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def env(self) -> dict:
-        env = dict(os.environ)
+    def env(self, name: str | None = None) -> dict:
+        """Return the environment of the named process (without a name: what every process shares)."""
+        env = dict(self.service_env)
         env.update(
-            DATABASE_URL=self.database_url,
-            CELERY_BROKER_URL=self.broker_url,
-            DJANGO_SETTINGS_MODULE="config.settings",
             ORDERS_RATE_LIMIT="none",
             OUTBOX_SWEEP_SECONDS="1",
             PROMETHEUS_MULTIPROC_DIR=str(self.workdir / "prometheus"),
             REPORTS_DIR=str(self.workdir / "reports"),
-            PYTHONUNBUFFERED="1",
         )
         env.update(self.extra_env)
+        env.update(self.process_env.get(name, {}))
         return env
 
     def commands(self) -> dict[str, list[str]]:
@@ -105,7 +100,7 @@ class Cluster:
             self.procs[name] = subprocess.Popen(
                 self.commands()[name],
                 cwd=ROOT,
-                env=self.env(),
+                env=self.env(name),
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
@@ -176,8 +171,18 @@ class Ledger:
     acknowledged: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> (order id, total)
     statuses: Counter = field(default_factory=Counter)
     server_errors: list[tuple[float, int]] = field(default_factory=list)  # (time, status)
+    # (time acknowledged, seconds from the order's first attempt to its 201, retries included)
+    latencies: list[tuple[float, float]] = field(default_factory=list)
     gave_up: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def latency_p99(self, *, since: float = -math.inf, until: float = math.inf) -> tuple[float, int]:
+        """Return the p99 latency in seconds of the orders acknowledged in [since, until], and how many there were."""
+        with self.lock:
+            window = [seconds for at, seconds in self.latencies if since <= at <= until]
+        if len(window) < 2:
+            return (window[0] if window else math.nan), len(window)
+        return statistics.quantiles(window, n=100, method="inclusive")[98], len(window)
 
 
 class OrderStream:
@@ -213,7 +218,8 @@ class OrderStream:
         body = {"goods_name": "reliability", "total": total}
         with self.ledger.lock:
             self.ledger.attempted += 1
-        deadline = time.monotonic() + 120
+        first_attempt = time.monotonic()
+        deadline = first_attempt + 120
         while time.monotonic() < deadline:
             try:
                 response = session.post(
@@ -229,8 +235,10 @@ class OrderStream:
                 if response.status_code >= 500:
                     self.ledger.server_errors.append((time.monotonic(), response.status_code))
             if response.status_code == 201:
+                answered = time.monotonic()
                 with self.ledger.lock:
                     self.ledger.acknowledged[key] = (response.json()["id"], total)
+                    self.ledger.latencies.append((answered, answered - first_attempt))
                 return
             time.sleep(0.2)
         with self.ledger.lock:
@@ -250,6 +258,8 @@ class Reconciliation:
     wrong_amounts: int
     balance_mismatches: int
     gave_up: int
+    # Dead letters recorded for these orders: none of the injected faults is a message's fault.
+    dead_letters: int = 0
 
     @property
     def ok(self) -> bool:
@@ -264,13 +274,14 @@ class Reconciliation:
 
 
 def reconcile(ledger: Ledger, user_ids: list[int]) -> Reconciliation:
-    """Compare what clients were told with what the database holds (orders, credits, balances)."""
-    from django.db import connection
+    """Compare what clients were told with what each service's database holds (orders; credits, balances)."""
+    from django.db import connections
 
-    with connection.cursor() as cursor:
-        placeholders = ",".join(["%s"] * len(user_ids))
+    placeholders = ",".join(["%s"] * len(user_ids))
+    with connections["default"].cursor() as cursor:
         cursor.execute(f"SELECT id, total FROM orders WHERE user_id IN ({placeholders})", user_ids)  # noqa: S608
         orders = dict(cursor.fetchall())
+    with connections["credits"].cursor() as cursor:
         cursor.execute(
             f"SELECT order_id, COUNT(*), SUM(total) FROM order_credits WHERE user_id IN ({placeholders})"  # noqa: S608
             " GROUP BY order_id",
@@ -284,6 +295,12 @@ def reconcile(ledger: Ledger, user_ids: list[int]) -> Reconciliation:
         )
         cursor.execute(balance_sql, user_ids)
         balance_mismatches = sum(1 for _, balance, entries in cursor.fetchall() if balance != entries)
+        order_placeholders = ",".join(["%s"] * len(orders)) or "NULL"
+        cursor.execute(
+            f"SELECT COUNT(*) FROM credit_dead_letters WHERE order_id IN ({order_placeholders})",  # noqa: S608
+            list(orders),
+        )
+        (dead_letters,) = cursor.fetchone()
 
     acknowledged_ids = {order_id for order_id, _ in ledger.acknowledged.values()}
     return Reconciliation(
@@ -298,20 +315,39 @@ def reconcile(ledger: Ledger, user_ids: list[int]) -> Reconciliation:
         wrong_amounts=sum(1 for oid, (_, total) in credits.items() if oid in orders and total != 2 * orders[oid]),
         balance_mismatches=balance_mismatches,
         gave_up=ledger.gave_up,
+        dead_letters=dead_letters,
     )
 
 
 def wait_for_credits(ledger: Ledger, user_ids: list[int], *, timeout: float) -> tuple[Reconciliation, float]:
     """Poll until every stored order has its credit or the timeout passes; return the result and the time taken."""
-    from django.db import connection
+    from django.db import connections
 
     started = time.monotonic()
     while True:
-        connection.close()
+        for alias in ("default", "credits"):
+            connections[alias].close()
         result = reconcile(ledger, user_ids)
         if result.missing_credits == 0 or time.monotonic() - started > timeout:
             return result, time.monotonic() - started
         time.sleep(0.5)
+
+
+def wait_until_credited(order_ids: set[int], *, timeout: float) -> float:
+    """Poll the credits database until every one of these orders has its credit; return the seconds it took."""
+    from django.db import connections
+
+    started = time.monotonic()
+    connection = connections["credits"]
+    placeholders = ",".join(["%s"] * len(order_ids)) or "NULL"
+    while time.monotonic() - started < timeout:
+        connection.close()  # after a fault, a connection from before it may be gone
+        with connection.cursor() as cursor:
+            cursor.execute(f"SELECT COUNT(*) FROM order_credits WHERE order_id IN ({placeholders})", list(order_ids))
+            if cursor.fetchone()[0] == len(order_ids):
+                break
+        time.sleep(0.25)
+    return time.monotonic() - started
 
 
 def kill_database_connections(database: str) -> int:
