@@ -40,6 +40,7 @@ class Cluster:
     broker_url: str
     workdir: Path
     port: int = 18900
+    web_workers: int = 2
     extra_env: dict = field(default_factory=dict)
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     # Like systemd's Restart=always: a process that exits on its own is started again, and counted here. Celery's
@@ -77,13 +78,15 @@ class Cluster:
                 str(VENV_BIN / "gunicorn"),
                 "config.wsgi",
                 f"--bind=127.0.0.1:{self.port}",
-                "--workers=2",
+                f"--workers={self.web_workers}",
                 "--threads=4",
                 "--worker-class=gthread",
                 "--graceful-timeout=5",
             ],
             "credits": [celery, "-A", "config", "worker", "-Q", "credits", "-c", "2", "-n", "credits@%h", "-l", "INFO"],
             "outbox": [celery, "-A", "config", "worker", "-Q", "outbox", "-c", "1", "-n", "outbox@%h", "-l", "INFO"],
+            # The nightly trigger's own worker, as in production: a Spark run never holds the outbox worker.
+            "analytics": [celery, "-A", "config", "worker", "-Q", "analytics", "-c", "1", "-n", "analytics@%h"],
             "beat": [celery, "-A", "config", "beat", "-l", "INFO", "-s", str(self.workdir / "beat-schedule")],
             "relay": [python, "manage.py", "relay_outbox"],
         }
