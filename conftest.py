@@ -1,9 +1,18 @@
 """Fixtures shared by every app's tests: users, authenticated API clients."""
 
+import uuid
+
 import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
+
+
+@pytest.fixture(autouse=True)
+def cache_of_its_own(settings):
+    """Give each test its own key prefix in the shared Redis, so no throttle count leaks between tests or runs."""
+    default = settings.CACHES["default"]
+    settings.CACHES = {**settings.CACHES, "default": {**default, "KEY_PREFIX": f"test-{uuid.uuid4().hex}"}}
 
 
 @pytest.fixture
