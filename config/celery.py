@@ -67,6 +67,8 @@ app.conf.update(
     ),
     task_routes={
         "outbox.*": {"queue": OUTBOX_QUEUE},
+        # The order service's housekeeping (idempotency key retention) runs beside the outbox's retention.
+        "orders.*": {"queue": OUTBOX_QUEUE},
         "credits.*": {"queue": CREDITS_QUEUE},
         "analytics.*": {"queue": ANALYTICS_QUEUE},
     },

@@ -98,6 +98,8 @@ API_MAX_BODY_BYTES = 64 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
 
 ORDERS_RATE_LIMIT = env_rate("ORDERS_RATE_LIMIT", "20/second")
+# An Idempotency-Key is honoured this long (as the big payment APIs do); a retry after that places a new order.
+IDEMPOTENCY_KEY_RETENTION_HOURS = env_int("IDEMPOTENCY_KEY_RETENTION_HOURS", 24, minimum=1)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -165,6 +167,11 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": OUTBOX_SWEEP_SECONDS},
     },
     "outbox-purge-published": {"task": "outbox.purge_published", "schedule": 3600.0, "options": {"expires": 3600.0}},
+    "orders-purge-idempotency-keys": {
+        "task": "orders.purge_idempotency_keys",
+        "schedule": 3600.0,
+        "options": {"expires": 3600.0},
+    },
 }
 
 # Credits consumer.
