@@ -57,5 +57,5 @@ class SharedCacheUserRateThrottle(UserRateThrottle):
         return count <= self.num_requests
 
     def wait(self) -> float:
-        """Return the seconds until the current window ends (sent as Retry-After)."""
-        return max(self.window_ends_at - self.timer(), 0.0)
+        """Return the seconds until the current window ends, at least one (DRF sends no Retry-After for zero)."""
+        return max(self.window_ends_at - self.timer(), 1.0)

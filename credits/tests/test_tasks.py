@@ -8,8 +8,9 @@ from celery import states
 from celery.canvas import Signature
 from celery.exceptions import Reject
 from kombu.exceptions import OperationalError
-from prometheus_client import REGISTRY, generate_latest
+from prometheus_client import REGISTRY
 
+from config.metrics import build_registry
 from credits.models import DeadLetter
 from credits.tasks import award_credits
 from credits.tests.support import place_order
@@ -70,7 +71,7 @@ def test_a_call_without_the_message_keyword_is_dead_lettered(user):
 def test_open_dead_letters_are_a_gauge_in_metrics(user):
     _, payload = place_order(user=user)
     run({**payload, "schema_version": 9})
-    assert b"creditshop_credits_dead_letters_open 1.0" in generate_latest(REGISTRY)
+    assert build_registry().get_sample_value("creditshop_credits_dead_letters_open") == 1
 
 
 def test_a_retry_that_cannot_be_published_is_dead_lettered_with_a_row(user):
