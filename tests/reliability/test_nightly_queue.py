@@ -27,7 +27,9 @@ def test_outbox_messages_are_relayed_while_a_nightly_run_is_in_progress(cluster,
     # A Spark master that never answers keeps the run in progress for about a minute (the driver retries
     # registering), without the CPU of a real Spark job.
     cluster.extra_env["SPARK_MASTER"] = "spark://127.0.0.1:9"
-    cluster.start("outbox", "analytics")
+    # Beat sweeps every second (the harness's OUTBOX_SWEEP_SECONDS), so the outbox worker has work even if this
+    # process's wake-up is lost (its broker connection may have been cut by an earlier fault test).
+    cluster.start("outbox", "analytics", "beat")
     app.send_task("analytics.run_nightly", kwargs={"date": NIGHTLY_DAY})
     running = NightlyRun.objects.filter(status=NightlyRun.Status.RUNNING)
     wait_for(running.exists, timeout=90, what="the nightly run to start\n" + cluster.logs("analytics"))
