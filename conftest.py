@@ -1,5 +1,7 @@
 """Fixtures shared by every app's tests: users, authenticated API clients; both services' databases for each test."""
 
+import uuid
+
 import pytest
 from django.contrib.auth import get_user_model
 from rest_framework.authtoken.models import Token
@@ -24,6 +26,13 @@ def pytest_collection_modifyitems(items):
         item.add_marker(
             pytest.mark.django_db(*(marker.args if marker else ()), databases="__all__", **kwargs), append=False
         )
+
+
+@pytest.fixture(autouse=True)
+def cache_of_its_own(settings):
+    """Give each test its own key prefix in the shared Redis, so no throttle count leaks between tests or runs."""
+    default = settings.CACHES["default"]
+    settings.CACHES = {**settings.CACHES, "default": {**default, "KEY_PREFIX": f"test-{uuid.uuid4().hex}"}}
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ LOOKUP_CHUNK = 1_000
 ROWS_PER_PARTITION = 200_000
 # The credits consumer's table of dead-lettered messages: found through its model, or by this name.
 DEAD_LETTER_MODEL = ("credits", "DeadLetter")
-DEAD_LETTER_TABLE = "credits_deadletter"
+DEAD_LETTER_TABLE = "credit_dead_letters"
 
 ORDERS_SCHEMA = StructType(
     [

@@ -20,14 +20,11 @@ from analytics.checks import CheckContext
 from analytics.extract import JdbcSource
 from analytics.models import CheckResult, DailyMetrics, NightlyRun, Violation
 from analytics.period import Period
+from analytics.selectors import report_dir
 
 # Rows per JDBC batch when Spark fills the staging table.
 JDBC_WRITE_BATCH = 10_000
 PARQUET_DIR = "parquet"
-
-
-def report_dir(day: date) -> Path:
-    return Path(settings.REPORTS_DIR) / day.isoformat()
 
 
 def parquet_root() -> str:

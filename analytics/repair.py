@@ -4,37 +4,16 @@ A repair only makes messages due again (or writes the one an order never got); t
 consumer awards, so its idempotency (UNIQUE order_id) makes a repair of something that healed meanwhile a no-op.
 """
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 
 from django.db import IntegrityError, transaction
-from django.utils import timezone
 
 from credits.models import OrderCredit
 from orders.models import Order
+from orders.services import BUSINESS_ORDER
 from outbox.models import TransactionLog
-from outbox.services import message_create, wake_relay
-
-BUSINESS_ORDER = "order"
-# A discarded row was discarded by a person, with a reason; a repair must not overrule that.
-RETRYABLE = (TransactionLog.Status.PENDING, TransactionLog.Status.DEAD, TransactionLog.Status.PUBLISHED)
-
-
-def messages_retry_now(*, ids: Sequence[str]) -> int:
-    """Make these outbox rows pending and due now, with their attempts reset; return how many rows changed.
-
-    One UPDATE guarded by the states a retry may leave from. Stands in for outbox.services.messages_retry_now
-    (the relay's, with the same signature), which replaces it once both are merged.
-    """
-    if not ids:
-        return 0
-    with transaction.atomic():
-        changed = TransactionLog.objects.filter(id__in=list(ids), status__in=RETRYABLE).update(
-            status=TransactionLog.Status.PENDING, next_attempt_at=timezone.now(), attempts=0
-        )
-        if changed:
-            transaction.on_commit(wake_relay, robust=True)
-    return changed
+from outbox.services import message_create, messages_retry_now
 
 
 @dataclass
@@ -91,7 +70,7 @@ def repair(*, missing_credit_order_ids: Iterable[int], stuck_log_ids: Iterable[s
         result.skipped[log_id] = "published or discarded since the check ran"
     to_reset |= still_stuck
 
-    if messages_retry_now(ids=sorted(to_reset)) != len(to_reset):
+    if messages_retry_now(ids=sorted(to_reset), republish=True) != len(to_reset):
         # A row changed state between our read and the guarded UPDATE; report what the table says now.
         now_pending = set(
             TransactionLog.objects.filter(id__in=to_reset, status=TransactionLog.Status.PENDING).values_list(

@@ -1,11 +1,18 @@
 """Reads for the analytics app: run history and report rows."""
 
 from datetime import date
+from pathlib import Path
 
+from django.conf import settings
 from django.db.models import QuerySet
 
 from analytics.models import CheckResult, NightlyRun, UserDailyCredits
 from analytics.period import Period
+
+
+def report_dir(day: date) -> Path:
+    """Return the directory of a day's report files (the web reads it; the nightly job writes it)."""
+    return Path(settings.REPORTS_DIR) / day.isoformat()
 
 
 def run_list() -> QuerySet[NightlyRun]:

@@ -8,7 +8,6 @@ from django.http import FileResponse, Http404, HttpRequest, HttpResponse
 from django.shortcuts import get_object_or_404, render
 
 from analytics import selectors
-from analytics.load import report_dir
 from analytics.models import NightlyRun
 
 REPORT_FILES = {
@@ -25,7 +24,9 @@ def run_list(request: HttpRequest) -> HttpResponse:
     """List the nightly runs, newest first, with a link to each day's report."""
     runs = list(selectors.run_list()[:200])
     for run in runs:
-        run.report_dates = [d for d in selectors.run_dates(run=run) if (report_dir(d) / "report.html").exists()]
+        run.report_dates = [
+            d for d in selectors.run_dates(run=run) if (selectors.report_dir(d) / "report.html").exists()
+        ]
     return render(
         request,
         "analytics/run_list.html",
@@ -54,7 +55,7 @@ def report_file(request: HttpRequest, day: str, name: str = "report.html") -> Fi
         raise Http404("no such day") from None
     if name not in REPORT_FILES:
         raise Http404("no such report file")
-    path = report_dir(parsed) / name
+    path = selectors.report_dir(parsed) / name
     if not path.is_file():
         raise Http404(f"no {name} for {parsed}")
     response = FileResponse(path.open("rb"), content_type=REPORT_FILES[name])

@@ -1,4 +1,4 @@
-"""The Celery app: RabbitMQ broker, the outbox and credits queues, and delivery guarantees.
+"""The Celery app: RabbitMQ broker, the outbox, credits and analytics queues, and delivery guarantees.
 
 Every Celery setting lives here, each with the reason for it, so the delivery semantics can be read in one place.
 """
@@ -18,6 +18,9 @@ OUTBOX_QUEUE = "outbox"
 CREDITS_QUEUE = "credits"
 CREDITS_DEAD_QUEUE = "credits.dead"
 CREDITS_DEAD_EXCHANGE = "credits.dlx"
+# The nightly run holds its worker for the whole Spark job (hours on a big day): on a queue of its own, with a
+# worker of its own, it can never stall the relay's wake-ups, sweeps and retention on `outbox`.
+ANALYTICS_QUEUE = "analytics"
 
 dead_letter_exchange = Exchange(CREDITS_DEAD_EXCHANGE, type="direct", durable=True)
 
@@ -60,11 +63,14 @@ app.conf.update(
             },
         ),
         Queue(CREDITS_DEAD_QUEUE, dead_letter_exchange, routing_key=CREDITS_DEAD_QUEUE),
+        Queue(ANALYTICS_QUEUE, Exchange(ANALYTICS_QUEUE, type="direct", durable=True), routing_key=ANALYTICS_QUEUE),
     ),
     task_routes={
         "outbox.*": {"queue": OUTBOX_QUEUE},
+        # The order service's housekeeping (idempotency key retention) runs beside the outbox's retention.
+        "orders.*": {"queue": OUTBOX_QUEUE},
         "credits.*": {"queue": CREDITS_QUEUE},
-        "analytics.*": {"queue": OUTBOX_QUEUE},
+        "analytics.*": {"queue": ANALYTICS_QUEUE},
     },
     timezone="UTC",
     enable_utc=True,

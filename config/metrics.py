@@ -3,8 +3,10 @@
 Relay counters (published, failed, dead) are incremented in whichever process relays: Celery workers and
 ``relay_outbox``. With PROMETHEUS_MULTIPROC_DIR set (one shared directory per host, wiped at deploy), every process
 writes its counters there and this view sums them, so one scrape covers the host. Without it the view reports
-this process's own counters only. The lag and dead gauges do not depend on that: they are read from the database
-at scrape time, so every replica reports the same, true value and nothing is lost when a relay restarts.
+this process's own counters only. The gauges (outbox lag and dead rows, open credit dead letters) do not depend on
+that: they are read from the database at scrape time, so every replica reports the same, true value and nothing is
+lost when a relay restarts. They are registered on the registry built for each scrape, never on the default one,
+which the multiprocess collector does not read.
 """
 
 import os
@@ -13,6 +15,7 @@ from django.http import HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
 
+from credits.metrics import OpenDeadLettersCollector, counters_initialize
 from outbox.metrics import OutboxStateCollector
 
 
@@ -31,10 +34,12 @@ def build_registry(*, multiprocess_dir: str | None = None) -> CollectorRegistry:
     else:
         registry.register(_ProcessCounters())
     registry.register(OutboxStateCollector())
+    registry.register(OpenDeadLettersCollector())
     return registry
 
 
 def metrics(request: HttpRequest) -> HttpResponse:
-    """Expose the outbox metrics in the Prometheus text format."""
+    """Expose the outbox and credits metrics in the Prometheus text format."""
+    counters_initialize()
     registry = build_registry(multiprocess_dir=os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None)
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

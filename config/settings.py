@@ -112,6 +112,8 @@ API_MAX_BODY_BYTES = 64 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
 
 ORDERS_RATE_LIMIT = env_rate("ORDERS_RATE_LIMIT", "20/second")
+# An Idempotency-Key is honoured this long (as the big payment APIs do); a retry after that places a new order.
+IDEMPOTENCY_KEY_RETENTION_HOURS = env_int("IDEMPOTENCY_KEY_RETENTION_HOURS", 24, minimum=1)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -119,7 +121,12 @@ REST_FRAMEWORK = {
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PARSER_CLASSES": [
+        "config.parsers.JSONParser",
+        "rest_framework.parsers.FormParser",
+        "rest_framework.parsers.MultiPartParser",
+    ],
+    "DEFAULT_PAGINATION_CLASS": "config.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "config.api.exception_handler",
@@ -132,11 +139,16 @@ SPECTACULAR_SETTINGS = {
     "SERVE_INCLUDE_SCHEMA": False,
 }
 
-# The throttle counts requests in the cache; a shared cache (Redis, memcached) makes it exact across gunicorn workers.
+# Shared cache: the order throttle counts there, so its limit holds across every gunicorn worker and host.
+# Short socket timeouts: when Redis is unreachable the throttle fails open (config/throttling.py) and an order
+# request should lose at most a second finding that out, not hang.
+REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 CACHES = {
     "default": {
-        "BACKEND": "django.core.cache.backends.locmem.LocMemCache",
-        "LOCATION": "creditshop",
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": REDIS_URL,
+        "KEY_PREFIX": "creditshop",
+        "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 1.0},
     }
 }
 
@@ -169,6 +181,11 @@ CELERY_BEAT_SCHEDULE = {
         "options": {"expires": OUTBOX_SWEEP_SECONDS},
     },
     "outbox-purge-published": {"task": "outbox.purge_published", "schedule": 3600.0, "options": {"expires": 3600.0}},
+    "orders-purge-idempotency-keys": {
+        "task": "orders.purge_idempotency_keys",
+        "schedule": 3600.0,
+        "options": {"expires": 3600.0},
+    },
 }
 
 # Credits consumer.

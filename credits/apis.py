@@ -2,10 +2,10 @@
 
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config.pagination import LimitOffsetPagination
 from credits import selectors
 
 

@@ -1,13 +1,14 @@
-"""Prometheus metrics of the credits consumer, in prometheus_client's default registry (served by /metrics).
+"""Prometheus metrics of the credits consumer (served by /metrics, config/metrics.py).
 
 The counters live in the process that counts: a Celery worker's, or (with PROMETHEUS_MULTIPROC_DIR set, and the
 /metrics view reading it) the files shared by all processes on the host. The open dead-letter gauge is read from
-the database at scrape time, so any web process reports the same figure.
+the database at scrape time, so any web process reports the same figure; /metrics adds it to the registry it
+builds per scrape, because the multiprocess collector reads only the files, never the default registry.
 """
 
 import logging
 
-from prometheus_client import REGISTRY, Counter
+from prometheus_client import Counter
 from prometheus_client.core import GaugeMetricFamily
 
 logger = logging.getLogger(__name__)
@@ -54,4 +55,12 @@ class OpenDeadLettersCollector:
         yield GaugeMetricFamily(OPEN_DEAD_LETTERS, OPEN_DEAD_LETTERS_HELP, value=count)
 
 
-REGISTRY.register(OpenDeadLettersCollector())
+def counters_initialize() -> None:
+    """Create every label value at zero, so each series exists from the first scrape and rate() sees its start."""
+    from credits.models import DeadLetter
+
+    for outcome in ("awarded", "duplicate"):
+        AWARDS.labels(outcome=outcome)
+    for reason in DeadLetter.Reason.values:
+        RETRIES.labels(reason=reason)
+        DEAD_LETTERED.labels(reason=reason)

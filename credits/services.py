@@ -32,10 +32,11 @@ import contextlib
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from django.db import DatabaseError, IntegrityError, connections, router, transaction
-from django.db.models import Case, F, Value, When
+from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
 from config.errors import ApplicationError
@@ -256,3 +257,24 @@ def dead_letters_discard(*, dead_letter_ids: Iterable[int], by: str, reason: str
     return DeadLetter.objects.filter(pk__in=list(dead_letter_ids), status=DeadLetter.Status.OPEN).update(
         status=DeadLetter.Status.DISCARDED, discarded_at=timezone.now(), discarded_by=by, discarded_reason=reason
     )
+
+
+# Retention of resolved dead letters: kept apart from the award and replay code above on purpose.
+
+
+def dead_letters_purge_resolved(*, resolved_before: datetime, batch_size: int = 1000) -> int:
+    """Delete dead letters replayed or discarded before `resolved_before`, in batches by primary key; return how many.
+
+    Open rows are never deleted, however old: they are the operator's worklist. Once a row is gone, a later copy
+    of the same message (a redelivery) is recorded as a new open dead letter instead of staying resolved.
+    """
+    resolved = Q(status=DeadLetter.Status.REPLAYED, replayed_at__lt=resolved_before) | Q(
+        status=DeadLetter.Status.DISCARDED, discarded_at__lt=resolved_before
+    )
+    deleted = 0
+    while ids := list(DeadLetter.objects.filter(resolved).order_by("pk").values_list("pk", flat=True)[:batch_size]):
+        count, _ = DeadLetter.objects.filter(resolved, pk__in=ids).delete()
+        deleted += count
+        if len(ids) < batch_size:
+            break
+    return deleted

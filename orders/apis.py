@@ -7,11 +7,11 @@ from django.conf import settings
 from django.http import Http404
 from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers, status
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
-from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView
 
+from config.pagination import LimitOffsetPagination
+from config.throttling import SharedCacheUserRateThrottle
 from orders import selectors, services
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -75,7 +75,7 @@ def order_data(order) -> dict:
     }
 
 
-class OrderThrottle(UserRateThrottle):
+class OrderThrottle(SharedCacheUserRateThrottle):
     """Per-user limit on order creation, read from ORDERS_RATE_LIMIT when the request arrives."""
 
     scope = "orders"

@@ -38,6 +38,8 @@ class IdempotencyKey(models.Model):
     class Meta:
         db_table = "idempotency_keys"
         constraints = [models.UniqueConstraint(fields=["user", "key"], name="idempotency_keys_user_key_uniq")]
+        # Retention deletes the oldest keys in batches (orders.services.idempotency_keys_purge).
+        indexes = [models.Index(fields=["created_at"], name="idempotency_keys_created_idx")]
 
     def __str__(self) -> str:
         return f"{self.user_id}:{self.key}"

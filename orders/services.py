@@ -3,6 +3,7 @@
 import hashlib
 import json
 from dataclasses import dataclass
+from datetime import datetime
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
@@ -85,3 +86,26 @@ def order_create(
     )
     order._state.adding, order._state.db = False, connection.alias  # as if read from the database
     return OrderPlacement(order=order, created=True)
+
+
+def idempotency_keys_purge(*, older_than: datetime, batch_size: int, max_batches: int | None = None) -> int:
+    """Delete idempotency keys created before `older_than`, `batch_size` rows per statement; return how many.
+
+    The orders stay: a retry with a purged key is a new request and places a new order. Each batch is its own short
+    autocommit DELETE by primary key, so order inserts never wait behind a long purge.
+    """
+    deleted = batches = 0
+    while max_batches is None or batches < max_batches:
+        ids = list(
+            IdempotencyKey.objects.filter(created_at__lt=older_than)
+            .order_by("created_at")
+            .values_list("id", flat=True)[:batch_size]
+        )
+        if not ids:
+            break
+        count, _ = IdempotencyKey.objects.filter(id__in=ids).delete()
+        deleted += count
+        batches += 1
+        if len(ids) < batch_size:
+            break
+    return deleted

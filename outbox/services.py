@@ -17,6 +17,10 @@ Status = TransactionLog.Status
 # States a person may send back to the relay: stuck or backing-off rows, given-up rows, and a discard undone.
 # Published rows are not among them: the broker has them, and a replay belongs to the consumer's dead letters.
 RETRYABLE = (Status.PENDING, Status.DEAD, Status.DISCARDED)
+# States the nightly repair sends again for a credit that never arrived: a published message may have been lost
+# after the broker confirmed it (a purged queue), and the consumer absorbs a duplicate. A discarded row was discarded
+# by a person, with a reason; a repair must not overrule that.
+REPUBLISHABLE = (Status.PENDING, Status.DEAD, Status.PUBLISHED)
 DISCARDABLE = (Status.PENDING, Status.DEAD)
 
 
@@ -60,18 +64,25 @@ def wake_relay() -> None:
     wakeup.waker.wake()
 
 
-def messages_retry_now(*, ids: Iterable[str]) -> int:
-    """Send the given pending, dead or discarded rows back to the relay, due now with a fresh attempt count.
+def messages_retry_now(*, ids: Iterable[str], republish: bool = False) -> int:
+    """Send the given rows back to the relay, due now with a fresh attempt count, and wake it once committed.
 
-    One guarded UPDATE: rows published meanwhile are left alone. Return how many rows changed. A row a relay holds
+    From RETRYABLE states, or REPUBLISHABLE ones for the nightly repair (`republish=True`). One guarded UPDATE:
+    rows that moved to another state meanwhile are left alone. Return how many rows changed. A row a relay holds
     right now may then go out twice; the consumer absorbs that.
     """
     ids = list(ids)
     if not ids:
         return 0
-    return TransactionLog.objects.filter(id__in=ids, status__in=RETRYABLE).update(
-        status=Status.PENDING, attempts=0, next_attempt_at=timezone.now(), discarded_reason="", discarded_by=""
-    )
+    with transaction.atomic():
+        changed = TransactionLog.objects.filter(
+            id__in=ids, status__in=REPUBLISHABLE if republish else RETRYABLE
+        ).update(
+            status=Status.PENDING, attempts=0, next_attempt_at=timezone.now(), discarded_reason="", discarded_by=""
+        )
+        if changed:
+            transaction.on_commit(wake_relay, robust=True)
+    return changed
 
 
 def messages_discard(*, ids: Iterable[str], reason: str, actor: str) -> int:

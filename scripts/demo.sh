@@ -41,6 +41,8 @@ TOKEN=$($PY manage.py drf_create_token demo | awk '{print $3}')
 echo "==> Starting processes"
 start web .venv/bin/gunicorn config.wsgi --bind "127.0.0.1:$PORT" --workers 4 --threads 2 --worker-class gthread
 start worker .venv/bin/celery -A config worker -Q outbox,credits --concurrency 2 --loglevel INFO
+# The nightly run gets a worker of its own, so a Spark job never holds the outbox worker (config/celery.py).
+start analytics .venv/bin/celery -A config worker -Q analytics --concurrency 1 -n analytics@%h --loglevel INFO
 start beat .venv/bin/celery -A config beat --loglevel INFO --schedule "$RUN_DIR/celerybeat-schedule"
 start relay $PY manage.py relay_outbox
 

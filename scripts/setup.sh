@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Install what creditshop needs on Debian/Ubuntu, make sure MariaDB and RabbitMQ are up, and prepare the database.
+# Install what creditshop needs on Debian/Ubuntu, make sure MariaDB, RabbitMQ and Redis are up, and prepare the database.
 # Idempotent: a second run only checks. Fails loudly (set -e) on the first step that does not work.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -10,6 +10,7 @@ as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 packages=(libmariadb-dev pkg-config libmariadb-java openjdk-17-jre-headless python3-venv python3-dev build-essential)
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || packages+=(mariadb-server)
 command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/sbin/rabbitmq-server ] || packages+=(rabbitmq-server)
+command -v redis-server >/dev/null 2>&1 || packages+=(redis-server)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -30,6 +31,14 @@ if ! as_root rabbitmqctl -q status >/dev/null 2>&1; then
   log "Starting RabbitMQ"
   as_root rabbitmq-server -detached
   as_root timeout 120 rabbitmqctl -q await_startup || { echo "RabbitMQ did not start" >&2; exit 1; }
+fi
+
+# Redis holds only the rate-limit counters: nothing to persist, so no snapshots and no append-only file.
+if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
+  log "Starting Redis"
+  redis-server --daemonize yes --bind 127.0.0.1 -::1 --port 6379 --save "" --appendonly no >/dev/null
+  for _ in $(seq 30); do redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1 && break; sleep 0.5; done
+  redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null || { echo "Redis did not start" >&2; exit 1; }
 fi
 
 if ! mysql -uroot -h127.0.0.1 -e "SELECT 1" >/dev/null 2>&1 && as_root mysql -uroot -e "SELECT 1" >/dev/null 2>&1; then

@@ -22,6 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
         ("ORDERS_RATE_LIMIT", "fast"),
         ("DATABASE_URL", "postgres://localhost/x"),
         ("OUTBOX_SWEEP_SECONDS", "-1"),
+        ("IDEMPOTENCY_KEY_RETENTION_HOURS", "a day"),
+        ("IDEMPOTENCY_KEY_RETENTION_HOURS", "0"),
     ],
 )
 def test_bad_value_fails_start_up_naming_the_variable(name, value):

@@ -5,10 +5,11 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from analytics.repair import messages_retry_now, repair
+from analytics.repair import repair
 from credits.models import OrderCredit
 from orders.services import order_create
 from outbox.models import TransactionLog
+from outbox.services import messages_retry_now
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -22,15 +23,25 @@ def log_of(order) -> TransactionLog:
     return TransactionLog.objects.get(business="order", foreign_key=str(order.pk))
 
 
-def test_retry_now_is_guarded_by_state(orders):
+def test_republish_is_guarded_by_state_and_leaves_a_discard_alone(orders):
     later = timezone.now() + timedelta(hours=1)
     TransactionLog.objects.filter(id=orders[0].transaction_id).update(status="dead", attempts=9, next_attempt_at=later)
     TransactionLog.objects.filter(id=orders[1].transaction_id).update(status="discarded", discarded_by="ops")
-    assert messages_retry_now(ids=[orders[0].transaction_id, orders[1].transaction_id, "nope"]) == 1
-    first, second = log_of(orders[0]), log_of(orders[1])
+    TransactionLog.objects.filter(id=orders[2].transaction_id).update(status="published", published_at=later)
+    ids = [orders[0].transaction_id, orders[1].transaction_id, orders[2].transaction_id, "nope"]
+    assert messages_retry_now(ids=ids, republish=True) == 2
+    first, second, third = log_of(orders[0]), log_of(orders[1]), log_of(orders[2])
     assert (first.status, first.attempts) == ("pending", 0)
     assert first.next_attempt_at <= timezone.now()
     assert second.status == "discarded"
+    assert third.status == "pending"
+
+
+def test_repair_has_no_retry_of_its_own():
+    """One messages_retry_now, the outbox's: repair calls it, with its wake-up, instead of keeping a copy."""
+    import analytics.repair
+
+    assert analytics.repair.messages_retry_now is messages_retry_now
 
 
 def test_repair_resets_rows_creates_missing_messages_and_explains_the_rest(orders):

@@ -18,8 +18,8 @@ def test_beat_runs_the_nightly_task_at_the_configured_utc_time():
     assert "analytics.run_nightly" in app.tasks
 
 
-def test_the_task_is_routed_to_a_worker_queue():
-    assert app.amqp.router.route({}, "analytics.run_nightly")["queue"].name == "outbox"
+def test_the_task_is_routed_to_its_own_queue_not_the_relays():
+    assert app.amqp.router.route({}, "analytics.run_nightly")["queue"].name == "analytics"
 
 
 def test_command_line(settings):

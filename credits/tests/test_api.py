@@ -1,6 +1,7 @@
 import pytest
 from django.utils import timezone
 
+from config.pagination import MAX_PAGE_SIZE
 from credits import services
 from credits.models import DeadLetter
 from credits.tests.support import place_order
@@ -78,6 +79,16 @@ def test_credits_api_gives_the_balance_and_paginated_entries(api, user, other_us
     rest = api.get(body["next"]).json()
     assert [e["order_id"] for e in rest["entries"]] == [payloads[0]["order_id"]]
     assert rest["next"] is None
+
+
+def test_credits_api_pages_are_never_larger_than_the_cap(api, user):
+    for _ in range(MAX_PAGE_SIZE + 1):
+        award(place_order(user=user, total=1)[1])
+
+    body = api.get("/api/credits/", {"limit": 100_000_000}).json()
+
+    assert (body["count"], len(body["entries"])) == (MAX_PAGE_SIZE + 1, MAX_PAGE_SIZE)
+    assert body["next"] is not None
 
 
 def test_credits_api_for_a_user_without_credits(api):

@@ -10,8 +10,9 @@ from celery.exceptions import Reject
 from django.db import connections
 from django.db.utils import OperationalError as DatabaseOperationalError
 from kombu.exceptions import OperationalError
-from prometheus_client import REGISTRY, generate_latest
+from prometheus_client import REGISTRY
 
+from config.metrics import build_registry
 from credits import services
 from credits.models import DeadLetter, OrderCredit
 from credits.tasks import award_credits
@@ -121,7 +122,7 @@ def test_a_call_without_the_message_keyword_is_dead_lettered(user):
 def test_open_dead_letters_are_a_gauge_in_metrics(user):
     _, payload = place_order(user=user)
     run({**payload, "schema_version": 9})
-    assert b"creditshop_credits_dead_letters_open 1.0" in generate_latest(REGISTRY)
+    assert build_registry().get_sample_value("creditshop_credits_dead_letters_open") == 1
 
 
 def test_a_retry_that_cannot_be_published_is_dead_lettered_with_a_row(user):

@@ -5,7 +5,9 @@ import json
 import pytest
 from rest_framework.test import APIClient
 
+from config.pagination import MAX_PAGE_SIZE
 from orders.models import Order
+from orders.services import order_create
 from outbox.models import TransactionLog
 
 pytestmark = pytest.mark.django_db
@@ -180,6 +182,67 @@ def test_list_shows_only_own_orders_paginated(api, other_api):
     assert [o["goods_name"] for o in page["results"]] == [f"item {i}" for i in range(6, 1, -1)]
     assert [o["goods_name"] for o in rest["results"]] == ["item 1", "item 0"]
     assert rest["next"] is None
+
+
+def test_a_page_is_never_larger_than_the_cap(api, user):
+    for _ in range(MAX_PAGE_SIZE + 1):
+        order_create(user=user, goods_name="tea", total=1)
+
+    page = api.get(URL, {"limit": 100_000_000}).json()
+
+    assert page["count"] == MAX_PAGE_SIZE + 1
+    assert len(page["results"]) == MAX_PAGE_SIZE
+    assert page["next"] is not None
+
+
+def nested(depth: int, leaf: str = '"x"') -> str:
+    return "[" * depth + leaf + "]" * depth
+
+
+def order_body(*, goods_name: str = '"tea"', total: str = "1") -> str:
+    """Return an order body with the given JSON texts as values."""
+    return '{"goods_name": ' + goods_name + ', "total": ' + total + "}"
+
+
+HOSTILE_BODIES = {
+    "nested 10,000 deep": order_body(goods_name=nested(10_000)),
+    "nested 60,000 deep, no closing": '{"goods_name": ' + "[" * 60_000,
+    "nested past the depth cap": order_body(goods_name=nested(40)),
+    "objects nested deep": order_body(goods_name='{"a": ' * 5_000 + "1" + "}" * 5_000),
+    "number beyond float range": order_body(total="1e400"),
+    "negative number beyond float range": order_body(total="-1e400"),
+    "integer of 5,000 digits": order_body(total="9" * 5_000),
+    "integer of 4,000 digits": order_body(total="9" * 4_000),
+    "NaN": order_body(total="NaN"),
+    "Infinity": order_body(total="Infinity"),
+    "string of 60,000 characters": order_body(goods_name='"' + "x" * 60_000 + '"'),
+    "string over the body limit": order_body(goods_name='"' + "x" * 100_000 + '"'),
+    "duplicate key, same value": '{"goods_name": "tea", "total": 1, "total": 1}',
+    "duplicate key, other value": '{"goods_name": "tea", "goods_name": "coffee", "total": 1}',
+    "duplicate key in a nested object": order_body(goods_name='{"a": 1, "a": 2}'),
+    "not UTF-8": b'{"goods_name": "\xff\xfe", "total": 1}',
+    "truncated": '{"goods_name": "tea", "total": ',
+    "empty": "",
+    "null": "null",
+    "a list": "[" + order_body() + "]",
+}
+
+
+@pytest.mark.parametrize("body", HOSTILE_BODIES.values(), ids=HOSTILE_BODIES.keys())
+def test_a_malformed_or_hostile_body_is_a_4xx_and_writes_nothing(api, body):
+    response = api.generic("POST", URL, body, content_type="application/json")
+
+    assert 400 <= response.status_code < 500, response.content[:500]
+    assert_nothing_written()
+
+
+def test_a_body_with_a_duplicate_key_is_refused_with_a_reason(api):
+    response = api.generic(
+        "POST", URL, '{"goods_name": "tea", "total": 1, "total": 2}', content_type="application/json"
+    )
+
+    assert response.status_code == 400
+    assert "duplicate key 'total'" in response.json()["detail"]
 
 
 def test_detail_of_another_users_order_is_404(api, other_api):

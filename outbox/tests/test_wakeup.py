@@ -11,7 +11,7 @@ from orders.services import order_create
 from outbox import wakeup
 from outbox.ids import new_transaction_id
 from outbox.relay import Publisher, drain
-from outbox.services import message_create
+from outbox.services import message_create, messages_retry_now
 from outbox.tests.conftest import BASE_DIR, PYTHON, subprocess_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -151,3 +151,16 @@ def test_a_real_celery_worker_runs_award_credits_from_the_relayed_message(make_r
 
     for r in received:
         assert r["message"] == TransactionLog.objects.get(id=r["task_id"]).payload
+
+
+def test_retry_now_wakes_the_relay_once_committed_and_not_for_nothing(make_rows, waker, outbox_queue):
+    dead = make_rows(2, status="dead", attempts=10)
+    published = make_rows(1, status="published")
+
+    assert messages_retry_now(ids=published) == 0
+    assert settle(waker) == 0
+    with transaction.atomic():
+        assert messages_retry_now(ids=dead) == 2
+        assert waker.sent == 0  # not before the rows are due for everyone to see
+    assert settle(waker) == 1
+    assert [m.properties["application_headers"]["task"] for m in outbox_queue.get_all()] == ["outbox.relay"]

@@ -35,6 +35,7 @@ class Cluster:
     service_env: dict[str, str]
     workdir: Path
     port: int = 18900
+    web_workers: int = 2
     extra_env: dict = field(default_factory=dict)
     # Per process name: variables only that process gets, over the rest (its own database user, say).
     process_env: dict[str, dict[str, str]] = field(default_factory=dict)
@@ -72,13 +73,15 @@ class Cluster:
                 str(VENV_BIN / "gunicorn"),
                 "config.wsgi",
                 f"--bind=127.0.0.1:{self.port}",
-                "--workers=2",
+                f"--workers={self.web_workers}",
                 "--threads=4",
                 "--worker-class=gthread",
                 "--graceful-timeout=5",
             ],
             "credits": [celery, "-A", "config", "worker", "-Q", "credits", "-c", "2", "-n", "credits@%h", "-l", "INFO"],
             "outbox": [celery, "-A", "config", "worker", "-Q", "outbox", "-c", "1", "-n", "outbox@%h", "-l", "INFO"],
+            # The nightly trigger's own worker, as in production: a Spark run never holds the outbox worker.
+            "analytics": [celery, "-A", "config", "worker", "-Q", "analytics", "-c", "1", "-n", "analytics@%h"],
             "beat": [celery, "-A", "config", "beat", "-l", "INFO", "-s", str(self.workdir / "beat-schedule")],
             "relay": [python, "manage.py", "relay_outbox"],
         }

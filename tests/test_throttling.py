@@ -1,0 +1,48 @@
+"""The order throttle with the shared cache unreachable: it fails open, and says so once, not once per request."""
+
+import logging
+import math
+import socket
+
+import pytest
+
+from config import throttling
+from orders.models import Order
+
+pytestmark = pytest.mark.django_db
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]  # nothing listens once the probe closes
+
+
+@pytest.fixture
+def redis_down(settings, monkeypatch):
+    default = settings.CACHES["default"]
+    settings.CACHES = {"default": {**default, "LOCATION": f"redis://127.0.0.1:{closed_port()}/0"}}
+    monkeypatch.setattr(throttling, "_last_warning_at", -math.inf)  # this test's warning, not an earlier one's
+
+
+def test_orders_keep_flowing_when_the_cache_is_down_with_one_warning(api, settings, redis_down, caplog):
+    settings.ORDERS_RATE_LIMIT = "1/minute"
+
+    with caplog.at_level(logging.WARNING, logger="config.throttling"):
+        statuses = [api.post("/api/orders/", {"goods_name": "tea", "total": 1}, format="json").status_code]
+        statuses += [api.post("/api/orders/", {"goods_name": "tea", "total": 1}, format="json").status_code]
+
+    assert statuses == [201, 201]
+    assert Order.objects.count() == 2
+    warnings = [r for r in caplog.records if r.name == "config.throttling"]
+    assert len(warnings) == 1
+    assert "rate limits are off" in warnings[0].getMessage()
+
+
+def test_the_limit_holds_with_the_cache_up(api, settings):
+    settings.ORDERS_RATE_LIMIT = "2/hour"
+
+    statuses = [api.post("/api/orders/", {"goods_name": "tea", "total": 1}, format="json") for _ in range(3)]
+
+    assert [r.status_code for r in statuses] == [201, 201, 429]
+    assert 0 < int(statuses[-1].headers["Retry-After"]) <= 3600
