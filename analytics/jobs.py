@@ -113,17 +113,17 @@ def run_nightly(
         grace_seconds=settings.CONSISTENCY_GRACE_SECONDS,
         log_retention_days=getattr(settings, "OUTBOX_RETENTION_DAYS", None),
     )
-    source = extract.jdbc_source()
+    sources = extract.sources()
     lookback = timedelta(hours=settings.ANALYTICS_LOOKBACK_HOURS)
     with ExitStack() as stack:
         with progress.stage("spark session") as facts:
-            rows = extract.count_orders(start=period.start - lookback, end=period.end + lookback)
+            rows = extract.count_orders(sources.orders, start=period.start - lookback, end=period.end + lookback)
             spark = stack.enter_context(spark_session(tuning=tuning_for(rows)))
             facts["master"] = spark.sparkContext.master
             facts["shuffle_partitions"] = spark.conf.get("spark.sql.shuffle.partitions")
         try:
             days = _run_in_session(
-                spark, run=run, period=period, ctx=ctx, source=source, progress=progress, lookback=lookback
+                spark, run=run, period=period, ctx=ctx, sources=sources, progress=progress, lookback=lookback
             )
         finally:
             # A shared session (tests, a notebook) must not keep this run's cached frames.
@@ -146,12 +146,12 @@ def _run_in_session(
     run: NightlyRun,
     period: Period,
     ctx: CheckContext,
-    source: extract.JdbcSource,
+    sources: extract.Sources,
     progress: Progress,
     lookback: timedelta,
 ) -> list[DayResult]:
     with progress.stage("extract") as facts:
-        data = extract.extract_window(spark, source, start=period.start - lookback, end=period.end + lookback)
+        data = extract.extract_window(spark, sources, start=period.start - lookback, end=period.end + lookback)
         data.orders, data.logs, data.credits = (
             _by_order(data.orders, "id"),
             _by_order(data.logs, "order_id"),
@@ -164,13 +164,13 @@ def _run_in_session(
         for row in lookup_candidates(orders=data.orders, logs=data.logs, credits=data.credits, ctx=ctx).collect():
             wanted[row.kind].append(row.id)
         if wanted["order"]:
-            found = extract.read_orders_by_id(spark, source, wanted["order"])
+            found = extract.read_orders_by_id(spark, sources, wanted["order"])
             data.orders = _by_order(data.orders.unionByName(found), "id")
         if wanted["credit"]:
-            found = extract.read_credits_by_order_id(spark, source, wanted["credit"])
+            found = extract.read_credits_by_order_id(spark, sources, wanted["credit"])
             data.credits = _by_order(data.credits.unionByName(found), "order_id")
         if wanted["log"]:
-            found = extract.read_logs_by_order_id(spark, source, wanted["log"])
+            found = extract.read_logs_by_order_id(spark, sources, wanted["log"])
             data.logs = _by_order(data.logs.unionByName(found), "order_id")
         facts.update({f"{kind}_ids": len(wanted[kind]) for kind in ("order", "credit", "log")})
 
@@ -224,7 +224,7 @@ def _run_in_session(
                 },
             )
             facts["user_day_rows"] = load.write_mysql(
-                run=run, period=period, source=source, user_daily=user_daily, days=days
+                run=run, period=period, source=sources.orders, user_daily=user_daily, days=days
             )
             facts["parquet"] = parquet.result()
         with progress.stage("load: reports") as facts:

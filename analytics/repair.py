@@ -2,6 +2,8 @@
 
 A repair only makes messages due again (or writes the one an order never got); the relay publishes them and the
 consumer awards, so its idempotency (UNIQUE order_id) makes a repair of something that healed meanwhile a no-op.
+A repair reads the credits database (was the order credited since the check?) and writes only the order service's
+database, through its outbox: the message stays the only thing that crosses to the credits side.
 """
 
 from collections.abc import Iterable

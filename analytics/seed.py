@@ -1,5 +1,7 @@
 """Bulk-load a consistent demo history (orders, their published outbox rows, their credits) and plant faults in it.
 
+Orders and outbox rows go to the order service's database, credits and balances to the credits service's: each
+table is written through the database its model is routed to (one database or two, the code is the same).
 Rows go in as multi-row INSERT statements built here (ids assigned up front, so the three tables can be written
 in one pass without reading anything back), in one transaction per batch, with unique and foreign-key checks
 off for the session: the generator guarantees uniqueness, and the checks cost more than the inserts.
@@ -17,9 +19,9 @@ from queue import Queue
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import make_password
-from django.db import connection, models, transaction
+from django.db import connections, models, router, transaction
 
-from credits.models import OrderCredit
+from credits.models import CreditBalance, OrderCredit
 from orders.models import Order
 from outbox.models import TransactionLog
 from outbox.services import SCHEMA_VERSION
@@ -103,11 +105,8 @@ def seed_demo_data(
     started = time.monotonic()
     rng = random.Random(seed)
     user_ids = demo_users_ensure(count=users)
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT COALESCE(MAX(id), 0) FROM orders")
-        next_order_id = cursor.fetchone()[0] + 1
-        cursor.execute("SELECT COALESCE(MAX(id), 0) FROM order_credits")
-        next_credit_id = cursor.fetchone()[0] + 1
+    next_order_id = _max_id(Order) + 1
+    next_credit_id = _max_id(OrderCredit) + 1
     first_order_id = next_order_id
     first_day = end - timedelta(days=days - 1)
     batches = _generate_batches(
@@ -131,8 +130,19 @@ def seed_demo_data(
     )
 
 
+def _max_id(model: type[models.Model]) -> int:
+    """Return the largest id in a model's table (0 when empty), read in the database that table lives in."""
+    with connections[router.db_for_read(model)].cursor() as cursor:
+        # The table name comes from the model.
+        cursor.execute(f"SELECT COALESCE(MAX(id), 0) FROM {model._meta.db_table}")  # noqa: S608
+        return cursor.fetchone()[0]
+
+
 def credit_balances_recompute(*, user_ids: list[int]) -> None:
-    """Set these users' credit_balances rows to the sum of their credits, as the consumer would have kept them."""
+    """Set these users' credit_balances rows to the sum of their credits, as the consumer would have kept them.
+
+    Both tables are the credits service's, so this is one statement in the credits database.
+    """
     placeholders = ",".join(["%s"] * len(user_ids))
     sql = (
         "INSERT INTO credit_balances (user_id, balance, updated_at)"  # noqa: S608 (only placeholders are formatted)
@@ -140,7 +150,7 @@ def credit_balances_recompute(*, user_ids: list[int]) -> None:
         f" WHERE user_id IN ({placeholders}) GROUP BY user_id"
         " ON DUPLICATE KEY UPDATE balance = VALUES(balance), updated_at = VALUES(updated_at)"
     )
-    with connection.cursor() as cursor:
+    with connections[router.db_for_write(CreditBalance)].cursor() as cursor:
         cursor.execute(sql, user_ids)
 
 
@@ -163,8 +173,10 @@ def _generate_batches(
     next_order_id: int,
     next_credit_id: int,
     batch_orders: int,
-) -> Iterator[list[tuple[str, int]]]:
-    """Yield per batch one (INSERT statement, row count) per table, in created_at order so ids follow time."""
+) -> Iterator[list[tuple[str, str, int]]]:
+    """Yield per batch one (database alias, INSERT statement, row count) per table, in created_at order so ids follow
+    time.
+    """
     order_sql = _InsertBuilder(Order, ["id", "user_id", "goods_name", "total", "transaction_id", "created_at"])
     log_sql = _InsertBuilder(
         TransactionLog,
@@ -225,14 +237,21 @@ def _generate_batches(
         yield _flush(order_sql, order_rows, log_sql, log_rows, credit_sql, credit_rows)
 
 
-def _flush(*pairs) -> list[tuple[str, int]]:
-    return [(builder.statement(rows), len(rows)) for builder, rows in zip(pairs[0::2], pairs[1::2], strict=True)]
+def _flush(*pairs) -> list[tuple[str, str, int]]:
+    return [
+        (builder.alias, builder.statement(rows), len(rows))
+        for builder, rows in zip(pairs[0::2], pairs[1::2], strict=True)
+    ]
 
 
 class _InsertBuilder:
-    """A multi-row INSERT for a model: the generated columns, then every other column at its model default."""
+    """A multi-row INSERT for a model, in the database the model is routed to: the generated columns, then every
+    other column at its model default.
+    """
 
     def __init__(self, model: type[models.Model], generated: list[str]) -> None:
+        self.alias = router.db_for_write(model)
+        connection = connections[self.alias]
         concrete = [f for f in model._meta.concrete_fields if f.column not in generated]
         literal = connection.connection.literal if connection.connection else None
         if literal is None:
@@ -256,8 +275,9 @@ def _fmt(ts: float) -> str:
     return f"{time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(seconds))}.{int((ts - seconds) * 1_000_000):06d}"
 
 
-def _write_parallel(batches: Iterator[list[tuple[str, int]]], *, on_progress: Callable[[int], None] | None) -> int:
-    """Execute each table's statements on its own connection and thread, in order; return the rows written.
+def _write_parallel(batches: Iterator[list[tuple[str, str, int]]], *, on_progress: Callable[[int], None] | None) -> int:
+    """Execute each table's statements on its own thread and connection to its database, in order; return the rows
+    written.
 
     Generating the SQL (Python) and inserting into the three tables (MariaDB) overlap, which is what uses both
     cores of a small machine. Each statement commits on its own, so a failed load leaves whole batches behind.
@@ -268,16 +288,16 @@ def _write_parallel(batches: Iterator[list[tuple[str, int]]], *, on_progress: Ca
     lock = threading.Lock()
     written = 0
 
-    def write(queue: Queue) -> None:
+    def write(queue: Queue, alias: str) -> None:
         nonlocal written
         try:
-            with connection.cursor() as cursor:
+            with connections[alias].cursor() as cursor:
                 cursor.execute("SET SESSION unique_checks = 0, foreign_key_checks = 0")
                 while (item := queue.get()) is not None:
                     if failures:
                         continue
-                    statement, count = item
-                    with transaction.atomic():
+                    _, statement, count = item
+                    with transaction.atomic(using=alias):
                         cursor.execute(statement)
                     with lock:
                         written += count
@@ -288,14 +308,14 @@ def _write_parallel(batches: Iterator[list[tuple[str, int]]], *, on_progress: Ca
             while queue.get() is not None:
                 pass
         finally:
-            connection.close()
+            connections[alias].close()
 
     try:
         for statements in batches:
             if not queues:
-                for _ in statements:
+                for alias, _, _ in statements:
                     queues.append(Queue(maxsize=2))
-                    threads.append(threading.Thread(target=write, args=(queues[-1],), daemon=True))
+                    threads.append(threading.Thread(target=write, args=(queues[-1], alias), daemon=True))
                     threads[-1].start()
             if failures:
                 break
@@ -326,16 +346,24 @@ def plant_inconsistencies(*, day: date, per_kind: int = 3, seed: int | None = No
     """Break `per_kind` consistent orders of `day` in each plantable way; return what the checks must report.
 
     duplicate_credit cannot be planted while order_credits.order_id is UNIQUE, and dead_letters_open belongs to
-    the credits consumer's table, so both are expected empty here.
+    the credits consumer's table, so both are expected empty here. Each side is changed in its own database, in
+    one transaction per database, committed together at the end.
     """
     rng = random.Random(seed)
     start = datetime(day.year, day.month, day.day, tzinfo=UTC)
-    candidates = list(
-        Order.objects.filter(created_at__gte=start, created_at__lt=start + timedelta(days=1))
-        .filter(credit__isnull=False)
-        .order_by("id")
-        .values_list("id", "transaction_id")
+    # Orders and credits are in two databases: the day's orders from one, then which of them have a credit from the
+    # other, with one range query on order_id (the day's ids are contiguous enough for it to stay small).
+    orders = dict(
+        Order.objects.filter(created_at__gte=start, created_at__lt=start + timedelta(days=1)).values_list(
+            "id", "transaction_id"
+        )
     )
+    credited = (
+        set(OrderCredit.objects.filter(order_id__range=(min(orders), max(orders))).values_list("order_id", flat=True))
+        if orders
+        else set()
+    )
+    candidates = sorted((order_id, tx) for order_id, tx in orders.items() if order_id in credited)
     needed = per_kind * len(PLANTABLE)
     if len(candidates) < needed:
         raise ValueError(f"{day} has {len(candidates)} credited orders; planting needs {needed}")
@@ -352,7 +380,10 @@ def plant_inconsistencies(*, day: date, per_kind: int = 3, seed: int | None = No
         return TransactionLog.objects.filter(business=BUSINESS_ORDER, foreign_key__in=[str(i) for i in ids])
 
     expected: dict[str, list] = {"duplicate_credit": [], "dead_letters_open": []}
-    with transaction.atomic():
+    with (
+        transaction.atomic(using=router.db_for_write(Order)),
+        transaction.atomic(using=router.db_for_write(OrderCredit)),
+    ):
         logs_of(order_ids("order_without_log")).delete()
         expected["order_without_log"] = order_ids("order_without_log")
 

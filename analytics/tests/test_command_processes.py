@@ -4,8 +4,10 @@ The cluster is started from the pyspark distribution on loopback (master and one
 against it with SPARK_MASTER=spark://127.0.0.1:<port>, and everything started here is stopped, even on failure.
 """
 
+import ast
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -17,13 +19,13 @@ from pathlib import Path
 import pyspark
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import connections
 from django.utils import timezone
 
 from analytics.models import NightlyRun
 from analytics.seed import seed_demo_data
 from orders.models import Order
-from tests.processes import service_env
+from tests.processes import database_url, service_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -41,8 +43,12 @@ def command_env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def run_command(env: dict[str, str], *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    return manage(env, "run_nightly_reports", *args, timeout=timeout)
+
+
+def manage(env: dict[str, str], *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(settings.BASE_DIR / "manage.py"), "run_nightly_reports", *args],
+        [sys.executable, str(settings.BASE_DIR / "manage.py"), *args],
         cwd=settings.BASE_DIR,
         env=env,
         capture_output=True,
@@ -147,7 +153,7 @@ def test_the_job_runs_on_a_standalone_cluster(standalone_cluster, tmp_path):
 
 def test_violations_exit_zero_and_a_failed_job_exits_non_zero(tmp_path):
     seed_demo_data(orders=200, days=1, users=10, end=DAY, seed=22)
-    with connection.cursor() as cursor:
+    with connections["credits"].cursor() as cursor:
         cursor.execute("DELETE FROM order_credits ORDER BY id LIMIT 3")
 
     found = run_command(command_env(tmp_path, SPARK_MASTER="local[2]"), "--date", str(DAY))
@@ -165,3 +171,41 @@ def test_violations_exit_zero_and_a_failed_job_exits_non_zero(tmp_path):
     failed = NightlyRun.objects.order_by("-id").first()
     assert (failed.status, failed.stage) == ("failed", "extract")
     assert "ClassNotFoundException" in failed.error or "Driver" in failed.error
+
+
+@pytest.fixture
+def one_database():
+    """The URL of a new empty database for both services, as a small install has; dropped afterwards."""
+    name = f"{connections['default'].settings_dict['NAME']}_one"
+    with connections["default"].cursor() as cursor:
+        cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+        cursor.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
+    try:
+        yield database_url("default").rsplit("/", 1)[0] + "/" + name
+    finally:
+        with connections["default"].cursor() as cursor:
+            cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
+
+
+def test_both_services_in_one_database(one_database, tmp_path):
+    """Both URLs name one database: migrate each alias, seed with planted faults, and the run finds exactly those."""
+    env = command_env(tmp_path, SPARK_MASTER="local[2]", DATABASE_URL=one_database, CREDITS_DATABASE_URL=one_database)
+    for args in (("migrate",), ("migrate", "--database", "credits")):
+        migrated = manage(env, *args, "--verbosity", "0")
+        assert migrated.returncode == 0, migrated.stderr[-3000:]
+    seeded = manage(
+        env,
+        "seed_demo_data",
+        *("--orders", "300", "--days", "1", "--users", "10", "--end", str(DAY), "--seed", "9"),
+        "--plant",
+    )
+    assert seeded.returncode == 0, seeded.stderr[-3000:]
+    planted = {
+        name: ast.literal_eval(ids) for name, ids in re.findall(r"^  (\w+): (\[.*?\])", seeded.stdout, re.MULTILINE)
+    }
+    assert planted["orphan_credit"] and planted["missing_credit"]
+
+    found = run_command(env, "--date", str(DAY))
+    assert found.returncode == 0, found.stdout + found.stderr[-3000:]
+    report = json.loads((tmp_path / "reports" / str(DAY) / "consistency.json").read_text())
+    assert {name: check["sample"] for name, check in report["checks"].items()} == planted

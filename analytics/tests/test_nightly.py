@@ -1,15 +1,15 @@
-"""End to end: the nightly command reads MariaDB over JDBC, finds every planted inconsistency, repairs, replaces.
+"""End to end: the nightly command reads both databases over JDBC, finds every planted inconsistency, repairs, replaces.
 
 The database rows are committed (transactional tests), because Spark reads them over its own JDBC connections.
+Under pytest the orders database and the credits database are two databases (test_<name> and test_<name>_credits),
+so every check that pairs orders with credits here is a join of two JDBC sources in Spark.
 """
 
 import json
 from datetime import timedelta
 
 import pytest
-from django.apps import apps
 from django.core.management import CommandError, call_command
-from django.db import connection
 from django.db.models import Count, Min, Q, Sum
 from django.utils import timezone
 
@@ -18,7 +18,8 @@ from analytics.models import CheckResult, DailyMetrics, NightlyRun, UserDailyCre
 from analytics.period import Period
 from analytics.seed import plant_inconsistencies, seed_demo_data
 from analytics.services import run_lock
-from credits.models import OrderCredit
+from credits.models import DeadLetter, OrderCredit
+from credits.services import credit_award
 from orders.models import Order
 from outbox.models import TransactionLog
 
@@ -43,50 +44,24 @@ def history(spark):
 
 @pytest.fixture
 def dead_letter():
-    """Add a dead-lettered credit message for an order, in the credits app's table or a stand-in for it.
-
-    Until the credits consumer's DeadLetter model is merged, the nightly job finds no table and reports 0; the
-    stand-in has the columns the job reads (id, status, a payload holding the order id, a failure time).
-    """
-    try:
-        model = apps.get_model("credits", "DeadLetter")
-    except LookupError:
-        model = None
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "CREATE TABLE credits_deadletter (id BIGINT AUTO_INCREMENT PRIMARY KEY, status VARCHAR(16) NOT NULL,"
-                " payload LONGTEXT NOT NULL, created_at DATETIME(6) NOT NULL)"
-            )
+    """Add a dead-lettered credit message for an order, in the credits database, as the consumer records one."""
 
     def add(order: Order, status: str) -> int:
-        payload = {"order_id": order.pk, "user_id": order.user_id, "total": order.total}
-        if model is None:
-            with connection.cursor() as cursor:
-                cursor.execute(
-                    "INSERT INTO credits_deadletter (status, payload, created_at) VALUES (%s, %s, %s)",
-                    [status, json.dumps(payload), timezone.now()],
-                )
-                return cursor.lastrowid
         now = timezone.now()
-        values = {
-            "message_id": order.transaction_id,
-            "transaction_id": order.transaction_id,
-            "order_id": order.pk,
-            "payload": payload,
-            "reason": "unexpected",
-            "error": "planted by the test",
-            "attempts": 4,
-            "first_failed_at": now,
-            "last_failed_at": now,
-            "status": status,
-        }
-        fields = {f.name for f in model._meta.concrete_fields}
-        return model.objects.create(**{k: v for k, v in values.items() if k in fields}).pk
+        return DeadLetter.objects.create(
+            message_id=order.transaction_id,
+            transaction_id=order.transaction_id,
+            order_id=order.pk,
+            payload={"order_id": order.pk, "user_id": order.user_id, "total": order.total},
+            reason=DeadLetter.Reason.UNEXPECTED,
+            error="planted by the test",
+            attempts=4,
+            first_failed_at=now,
+            last_failed_at=now,
+            status=status,
+        ).pk
 
-    yield add
-    if model is None:
-        with connection.cursor() as cursor:
-            cursor.execute("DROP TABLE IF EXISTS credits_deadletter")
+    return add
 
 
 def consistency(reports, day) -> dict:
@@ -157,7 +132,7 @@ def test_analytics_match_the_database(reports, history, spark):
     assert report["credits_per_user"]["users"] == per_user.count()
     assert sum(b["users"] for b in report["credits_per_user"]["histogram"]) == per_user.count()
     latency = report["award_latency_seconds"]
-    assert latency["count"] == credits.filter(order__isnull=False).count()
+    assert latency["count"] == credits.filter(order_id__in=list(Order.objects.values_list("id", flat=True))).count()
     assert 0 < latency["p50"] <= latency["p95"] <= latency["p99"] <= latency["max"]
     assert [point["date"] for point in report["trend"]][-1] == str(D1)
     assert len(report["trend"]) == 30
@@ -179,7 +154,8 @@ def test_repair_reenqueues_through_the_outbox_and_a_rerun_is_clean(reports, hist
     def log(order):
         return TransactionLog.objects.filter(business="order", foreign_key=str(order.pk))
 
-    OrderCredit.objects.filter(order__in=[a, b, c, d, e]).delete()
+    repaired_ids = [o.pk for o in (a, b, c, d, e)]
+    OrderCredit.objects.filter(order_id__in=repaired_ids).delete()
     log(c).delete()  # never written: repair must create its message
     log(d).update(status="pending", published_at=None, attempts=2, next_attempt_at=timezone.now() + timedelta(hours=1))
     log(e).update(status="dead", published_at=None, attempts=10)
@@ -198,18 +174,19 @@ def test_repair_reenqueues_through_the_outbox_and_a_rerun_is_clean(reports, hist
     assert repaired["created"] == [c.transaction_id]
     assert repaired["reenqueued"] == 5
     # Nothing was awarded: the repair only made messages due, each a pending row the relay will publish now.
-    assert not OrderCredit.objects.filter(order__in=[a, b, c, d, e]).exists()
+    assert not OrderCredit.objects.filter(order_id__in=repaired_ids).exists()
     due = TransactionLog.objects.filter(status="pending", next_attempt_at__lte=timezone.now())
     assert sorted(due.values_list("id", flat=True)) == sorted(o.transaction_id for o in (a, b, c, d, e))
     assert NightlyRun.objects.filter(repair=True).get().reenqueued == 5
 
-    # Emulate the relay publishing and the consumer awarding (credits.services is not on this branch):
-    # exactly the effect an idempotent consumer has for each re-enqueued message.
+    # Stand in for the relay publishing each re-enqueued message and the consumer applying it to the credits database.
     for message in due:
         payload = message.payload
-        OrderCredit.objects.get_or_create(
+        credit_award(
+            transaction_id=message.id,
             order_id=payload["order_id"],
-            defaults={"user_id": payload["user_id"], "total": 2 * payload["total"], "transaction_id": message.id},
+            user_id=payload["user_id"],
+            total=payload["total"],
         )
     due.update(status="published", published_at=timezone.now())
 

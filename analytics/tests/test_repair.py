@@ -3,6 +3,8 @@
 from datetime import timedelta
 
 import pytest
+from django.db import connections
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from analytics.repair import repair
@@ -48,7 +50,7 @@ def test_repair_resets_rows_creates_missing_messages_and_explains_the_rest(order
     published, unlogged, credited, discarded, stuck = orders
     TransactionLog.objects.filter(id=published.transaction_id).update(status="published", published_at=timezone.now())
     log_of(unlogged).delete()
-    OrderCredit.objects.create(user_id=credited.user_id, order=credited, total=2 * credited.total)
+    OrderCredit.objects.create(user_id=credited.user_id, order_id=credited.pk, total=2 * credited.total)
     TransactionLog.objects.filter(id=discarded.transaction_id).update(status="discarded", discarded_by="ops")
     TransactionLog.objects.filter(id=stuck.transaction_id).update(status="dead")
 
@@ -83,3 +85,19 @@ def test_a_stuck_row_published_meanwhile_is_left_alone(orders):
     result = repair(missing_credit_order_ids=[], stuck_log_ids=[row])
     assert result.reset == [] and result.skipped == {row: "published or discarded since the check ran"}
     assert log_of(orders[0]).status == "published"
+
+
+def test_repair_only_reads_the_credits_database_and_writes_the_outbox(orders):
+    credited, missing, stuck = orders[:3]
+    OrderCredit.objects.create(user_id=credited.user_id, order_id=credited.pk, total=2 * credited.total)
+    TransactionLog.objects.filter(id=stuck.transaction_id).update(status="dead")
+    with (
+        CaptureQueriesContext(connections["credits"]) as on_credits,
+        CaptureQueriesContext(connections["default"]) as on_orders,
+    ):
+        result = repair(missing_credit_order_ids=[credited.pk, missing.pk], stuck_log_ids=[stuck.transaction_id])
+    assert result.reset == sorted([missing.transaction_id, stuck.transaction_id])
+    # One question to the credits database (which of these orders were credited since?), and nothing written there.
+    assert [q["sql"].split()[0] for q in on_credits.captured_queries] == ["SELECT"]
+    assert any(q["sql"].startswith("UPDATE `transaction_log`") for q in on_orders.captured_queries)
+    assert OrderCredit.objects.count() == 1

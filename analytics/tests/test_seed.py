@@ -1,10 +1,11 @@
-"""seed_demo_data: a consistent history, fast, and planting exactly what it says."""
+"""seed_demo_data: a consistent history in both services' databases, fast, and planting exactly what it says."""
 
 from datetime import date
 
 import pytest
 from django.core.management import call_command
-from django.db.models import F, Max, Min, Sum
+from django.db import connections
+from django.db.models import Max, Min, Sum
 
 from analytics.seed import plant_inconsistencies, seed_demo_data
 from credits.models import CreditBalance, OrderCredit
@@ -25,9 +26,16 @@ def test_seed_writes_orders_published_logs_and_matching_credits():
     # Ids follow time, so the nightly job's id-partitioned reads and MIN(id) "first order" hold.
     by_time = list(Order.objects.order_by("created_at", "id").values_list("id", flat=True))
     assert by_time == sorted(by_time)
-    assert not OrderCredit.objects.exclude(total=2 * F("order__total")).exists()
-    assert not OrderCredit.objects.exclude(transaction_id=F("order__transaction_id")).exists()
-    assert not OrderCredit.objects.filter(created_at__lt=F("order__created_at")).exists()
+    # Orders and credits are in two databases: compare them side by side in Python, as the nightly job does.
+    orders = {o.pk: o for o in Order.objects.all()}
+    for credit in OrderCredit.objects.all():
+        order = orders[credit.order_id]
+        assert (credit.user_id, credit.total, credit.transaction_id) == (
+            order.user_id,
+            2 * order.total,
+            order.transaction_id,
+        )
+        assert credit.created_at >= order.created_at
     assert set(TransactionLog.objects.values_list("status", flat=True)) == {"published"}
     order = Order.objects.order_by("?").first()
     log = TransactionLog.objects.get(business="order", foreign_key=str(order.pk))
@@ -39,6 +47,29 @@ def test_seed_writes_orders_published_logs_and_matching_credits():
         "user_id": order.user_id,
         "total": order.total,
     }
+
+
+def test_each_table_is_written_to_its_own_services_database():
+    seed_demo_data(orders=50, days=1, users=5, end=END, seed=2)
+
+    def rows(alias: str, table: str) -> int | None:
+        connection = connections[alias]
+        with connection.cursor() as cursor:
+            if table not in connection.introspection.table_names(cursor):
+                return None
+            cursor.execute(f"SELECT COUNT(*) FROM {table}")  # noqa: S608 (the test's own table names)
+            return cursor.fetchone()[0]
+
+    # Under pytest the two aliases are two databases; each holds only its own service's tables.
+    assert connections["default"].settings_dict["NAME"] != connections["credits"].settings_dict["NAME"]
+    assert [rows("default", t) for t in ("orders", "transaction_log", "order_credits", "credit_balances")] == [
+        50,
+        50,
+        None,
+        None,
+    ]
+    assert [rows("credits", t) for t in ("orders", "transaction_log", "order_credits")] == [None, None, 50]
+    assert rows("credits", "credit_balances") == 5
 
 
 def test_seeding_twice_appends_after_the_existing_ids():
@@ -67,6 +98,13 @@ def test_plant_returns_what_it_broke():
         and TransactionLog.objects.filter(id__in=planted["log_without_order"]).count() == 2
     )
     assert not OrderCredit.objects.filter(order_id__in=planted["missing_credit"]).exists()
+    # The credit side of the cross-database faults: a credit whose order is gone, a credit that disagrees with it.
+    orphans = OrderCredit.objects.filter(id__in=planted["orphan_credit"])
+    orphan_orders = list(orphans.values_list("order_id", flat=True))
+    assert len(orphan_orders) == 2 and not Order.objects.filter(id__in=orphan_orders).exists()
+    mismatched = OrderCredit.objects.filter(id__in=planted["credit_amount_mismatch"])
+    totals = dict(Order.objects.filter(id__in=[c.order_id for c in mismatched]).values_list("id", "total"))
+    assert sorted(c.total - 2 * totals[c.order_id] for c in mismatched) == [1, 1]
     assert set(TransactionLog.objects.filter(id__in=planted["stuck_outbox"]).values_list("status", flat=True)) == {
         "pending",
         "dead",
