@@ -1,9 +1,20 @@
-"""Fixtures shared by every app's tests: users, authenticated API clients."""
+"""Fixtures shared by every app's tests: static files, users, authenticated API clients."""
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.test.utils import override_settings
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
+
+
+@pytest.fixture(scope="session", autouse=True)
+def static_root(tmp_path_factory):
+    """Collect the static files once, so pages render through the manifest storage production uses."""
+    root = tmp_path_factory.mktemp("static")
+    with override_settings(STATIC_ROOT=root):
+        call_command("collectstatic", interactive=False, verbosity=0)
+        yield root
 
 
 @pytest.fixture

@@ -1,28 +1,36 @@
 """REST endpoint for a user's credits: balance and paginated entries."""
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import OpenApiParameter, extend_schema
 from rest_framework import serializers
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from config.openapi import error_responses
 from credits import selectors
 
 
-class CreditsApi(APIView):
-    class CreditEntrySerializer(serializers.Serializer):
-        order_id = serializers.IntegerField()
-        total = serializers.IntegerField()
-        created_at = serializers.DateTimeField()
+class CreditEntrySerializer(serializers.Serializer):
+    order_id = serializers.IntegerField()
+    total = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
 
+
+class CreditsApi(APIView):
     class CreditsOutputSerializer(serializers.Serializer):
         balance = serializers.IntegerField()
         count = serializers.IntegerField()
         next = serializers.URLField(allow_null=True)
         previous = serializers.URLField(allow_null=True)
-        entries = serializers.ListField(child=serializers.DictField())
+        entries = CreditEntrySerializer(many=True)
 
-    @extend_schema(responses=CreditsOutputSerializer)
+    @extend_schema(
+        parameters=[
+            OpenApiParameter("limit", int, description="Entries per page (default 50)."),
+            OpenApiParameter("offset", int, description="Entries to skip, newest first."),
+        ],
+        responses={200: CreditsOutputSerializer, **error_responses(401)},
+    )
     def get(self, request):
         paginator = LimitOffsetPagination()
         page = paginator.paginate_queryset(selectors.credit_entries(user=request.user), request, view=self)
@@ -32,6 +40,6 @@ class CreditsApi(APIView):
                 "count": paginator.count,
                 "next": paginator.get_next_link(),
                 "previous": paginator.get_previous_link(),
-                "entries": self.CreditEntrySerializer(page, many=True).data,
+                "entries": CreditEntrySerializer(page, many=True).data,
             }
         )

@@ -5,13 +5,15 @@ from collections.abc import Mapping
 
 from django.conf import settings
 from django.http import Http404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.throttling import UserRateThrottle
 from rest_framework.views import APIView
 
+from config.openapi import RETRY_AFTER, error_responses
+from credits.selectors import CreditStatus
 from orders import selectors, services
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -51,8 +53,39 @@ class OrderOutputSerializer(serializers.Serializer):
     goods_name = serializers.CharField()
     total = serializers.IntegerField()
     transaction_id = serializers.CharField()
-    credit_status = serializers.CharField()
+    credit_status = serializers.ChoiceField(
+        choices=[CreditStatus.PENDING, CreditStatus.AWARDED, CreditStatus.DEAD_LETTERED]
+    )
     created_at = serializers.DateTimeField()
+
+
+class OrderPageSerializer(serializers.Serializer):
+    """The envelope LimitOffsetPagination answers with (documentation only)."""
+
+    count = serializers.IntegerField()
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = OrderOutputSerializer(many=True)
+
+
+PAGE_PARAMETERS = [
+    OpenApiParameter("limit", int, description="Orders per page (default 50)."),
+    OpenApiParameter("offset", int, description="Orders to skip, newest first."),
+]
+ORDER_EXAMPLE = OpenApiExample(
+    "order",
+    value={
+        "id": 42,
+        "user_id": 7,
+        "goods_name": "coffee beans",
+        "total": 3,
+        "transaction_id": "3f2c9a0e8b7d4c1fa6e5d4c3b2a19087",
+        "credit_status": "pending",
+        "created_at": "2026-11-22T23:05:00.123456Z",
+    },
+    response_only=True,
+    status_codes=[200, 201],
+)
 
 
 _DATETIME = serializers.DateTimeField()
@@ -105,22 +138,44 @@ class OrderListCreateApi(APIView):
     def get_throttles(self):
         return [OrderThrottle()] if self.request.method == "POST" else []
 
-    @extend_schema(responses=OrderOutputSerializer(many=True))
+    @extend_schema(
+        operation_id="orders_list",
+        parameters=PAGE_PARAMETERS,
+        responses={200: OrderPageSerializer, **error_responses(401)},
+    )
     def get(self, request):
         paginator = LimitOffsetPagination()
         page = paginator.paginate_queryset(selectors.order_list(user=request.user), request, view=self)
         return paginator.get_paginated_response(OrderOutputSerializer(page, many=True).data)
 
     @extend_schema(
+        operation_id="orders_create",
         request=OrderInputSerializer,
-        responses={201: OrderOutputSerializer},
+        responses={
+            201: OpenApiResponse(OrderOutputSerializer, description="The order, new or (same key and body) replayed."),
+            **error_responses(400, 401, 413, 422, 429),
+        },
         parameters=[
             OpenApiParameter(
                 IDEMPOTENCY_HEADER,
-                str,
+                {"type": "string", "minLength": 1, "maxLength": IDEMPOTENCY_KEY_MAX},
                 OpenApiParameter.HEADER,
-                description="Retries with the same key and body return the same order (at most 255 characters).",
-            )
+                description=f"Retries with the same key and body return the same order (1 to {IDEMPOTENCY_KEY_MAX} "
+                "characters; a UUID is a good key).",
+                examples=[OpenApiExample("uuid", value="5b0c8f7e-4a3d-4e2b-9c1a-0d9e8f7a6b5c")],
+            ),
+            OpenApiParameter(
+                "Idempotent-Replayed",
+                {"type": "string", "enum": ["true"]},
+                OpenApiParameter.HEADER,
+                response=[201],
+                description="Present when this answer replays the order an earlier request with the key created.",
+            ),
+            RETRY_AFTER,
+        ],
+        examples=[
+            OpenApiExample("order", value={"goods_name": "coffee beans", "total": 3}, request_only=True),
+            ORDER_EXAMPLE,
         ],
     )
     def post(self, request):
@@ -139,7 +194,7 @@ class OrderListCreateApi(APIView):
 
 
 class OrderDetailApi(APIView):
-    @extend_schema(responses=OrderOutputSerializer)
+    @extend_schema(responses={200: OrderOutputSerializer, **error_responses(401, 404)}, examples=[ORDER_EXAMPLE])
     def get(self, request, order_id: int):
         order = selectors.order_get(user=request.user, order_id=order_id)
         if order is None:
@@ -154,7 +209,7 @@ class TransactionCheckApi(APIView):
         foreign_key = serializers.CharField()
         state = serializers.CharField()
 
-    @extend_schema(responses={200: CheckBackSerializer, 404: None})
+    @extend_schema(responses={200: CheckBackSerializer, **error_responses(401, 404)})
     def get(self, request, transaction_id: str):
         result = selectors.transaction_check(user=request.user, transaction_id=transaction_id)
         if result is None:
