@@ -1,6 +1,8 @@
 """The one place that turns domain errors into HTTP responses for the REST API."""
 
 from django.core.exceptions import RequestDataTooBig
+from django.http import JsonResponse
+from django.views.defaults import page_not_found
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -15,3 +17,10 @@ def exception_handler(exc, context):
     if isinstance(exc, RequestDataTooBig):
         return Response({"detail": "Request body is too large."}, status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
     return drf_exception_handler(exc, context)
+
+
+def not_found(request, exception):
+    """Answer an unknown URL under /api/ with the API's JSON 404 body, and everything else with Django's page."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": "Not found."}, status=status.HTTP_404_NOT_FOUND)
+    return page_not_found(request, exception)

@@ -21,6 +21,7 @@ ERROR_DESCRIPTIONS = {
     401: "No `Authorization: Token <key>` header, or an unknown token.",
     404: "No such resource for this caller (another user's order is 404 too).",
     413: "The request body is larger than 64 KiB.",
+    415: "The body is not `application/json`.",
     422: "The Idempotency-Key was used before with a different body.",
     429: "Over the per-user rate limit; retry after the seconds in `Retry-After`.",
 }
@@ -28,6 +29,7 @@ ERROR_EXAMPLES = {
     401: "Authentication credentials were not provided.",
     404: "Not found.",
     413: "Request body is larger than 65536 bytes.",
+    415: 'Unsupported media type "text/plain" in request.',
     422: "Idempotency-Key was already used with a different request body.",
     429: "Request was throttled. Expected available in 1 second.",
 }
@@ -75,7 +77,8 @@ ORDER_LINKS = {
 
 
 def add_links(result: dict, generator, request, public) -> dict:
-    """Attach ORDER_LINKS to the 201 of order creation (a drf-spectacular postprocessing hook)."""
+    """Say what drf-spectacular cannot (a postprocessing hook): the links, and that orders refuse unknown fields."""
     created = result["paths"]["/api/orders/"]["post"]["responses"]["201"]
     created["links"] = ORDER_LINKS
+    result["components"]["schemas"]["OrderInput"]["additionalProperties"] = False
     return result

@@ -22,3 +22,6 @@ urlpatterns = [
     path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
     path("reports/", include("analytics.urls")),
 ]
+
+# Unknown URLs under /api/ answer JSON like the API's own 404s (the OpenAPI document promises JSON).
+handler404 = "config.api.not_found"

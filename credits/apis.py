@@ -1,12 +1,12 @@
 """REST endpoint for a user's credits: balance and paginated entries."""
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
-from rest_framework.pagination import LimitOffsetPagination
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from config.openapi import error_responses
+from config.pagination import StrictLimitOffsetPagination, page_parameters
 from credits import selectors
 
 
@@ -25,14 +25,11 @@ class CreditsApi(APIView):
         entries = CreditEntrySerializer(many=True)
 
     @extend_schema(
-        parameters=[
-            OpenApiParameter("limit", int, description="Entries per page (default 50)."),
-            OpenApiParameter("offset", int, description="Entries to skip, newest first."),
-        ],
-        responses={200: CreditsOutputSerializer, **error_responses(401)},
+        parameters=page_parameters("entries"),
+        responses={200: CreditsOutputSerializer, **error_responses(400, 401)},
     )
     def get(self, request):
-        paginator = LimitOffsetPagination()
+        paginator = StrictLimitOffsetPagination()
         page = paginator.paginate_queryset(selectors.credit_entries(user=request.user), request, view=self)
         return Response(
             {
