@@ -92,10 +92,14 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# Timestamps on pages read 2026-11-22 23:11:05 UTC (config/formats/en/formats.py), not "Nov. 22, 2026, 11:11 p.m.".
+FORMAT_MODULE_PATH = "config.formats"
 
 STATIC_URL = "static/"
 # collectstatic (scripts/setup.sh) writes here; the web process serves it through WhiteNoise, no separate web server.
 STATIC_ROOT = Path(env_str("DJANGO_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+# Files of the project itself (the favicon), beside each app's static/.
+STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     # Content-hashed names (cached for a year by browsers) plus gzip copies; needs collectstatic's manifest.
