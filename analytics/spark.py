@@ -67,8 +67,8 @@ def spark_conf(
         conf[key.strip()] = value.strip()
     conf.update(overrides or {})
     if not verbose:
-        for key in ("spark.driver.extraJavaOptions", "spark.executor.extraJavaOptions"):
-            conf[key] = f"{conf.get(key, '')} {QUIET_LOG4J_OPTION}".strip()
+        # The driver only: it is what prints to the console, and an executor on another machine lacks this file.
+        conf["spark.driver.extraJavaOptions"] = f"{conf['spark.driver.extraJavaOptions']} {QUIET_LOG4J_OPTION}"
     return conf
 
 
