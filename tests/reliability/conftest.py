@@ -6,6 +6,7 @@ from django.db import connection
 from kombu import Connection
 
 from config.celery import app
+from tests.conftest import free_port
 from tests.reliability.harness import Cluster, database_url
 
 
@@ -24,6 +25,8 @@ def cluster(transactional_db, tmp_path):
         database_url=database_url(connection.settings_dict),
         broker_url=settings.CELERY_BROKER_URL,
         workdir=tmp_path,
+        # Not the harness's fixed default: other test runs on this machine may hold it (their tokens would 401).
+        port=free_port(),
     )
     try:
         yield cluster
