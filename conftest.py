@@ -1,9 +1,11 @@
-"""Fixtures shared by every app's tests: users, authenticated API clients; both services' databases for each test."""
+"""Fixtures shared by every app's tests: static files, users, API clients; both services' databases for each test."""
 
 import uuid
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.test.utils import override_settings
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
@@ -33,6 +35,15 @@ def cache_of_its_own(settings):
     """Give each test its own key prefix in the shared Redis, so no throttle count leaks between tests or runs."""
     default = settings.CACHES["default"]
     settings.CACHES = {**settings.CACHES, "default": {**default, "KEY_PREFIX": f"test-{uuid.uuid4().hex}"}}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def static_root(tmp_path_factory):
+    """Collect the static files once, so pages render through the manifest storage production uses."""
+    root = tmp_path_factory.mktemp("static")
+    with override_settings(STATIC_ROOT=root):
+        call_command("collectstatic", interactive=False, verbosity=0)
+        yield root
 
 
 @pytest.fixture

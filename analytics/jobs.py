@@ -103,7 +103,7 @@ class Progress:
 
 
 def run_nightly(
-    *, run: NightlyRun, period: Period, repair_requested: bool, write: Callable[[str], None]
+    *, run: NightlyRun, period: Period, repair_requested: bool, write: Callable[[str], None], verbose: bool = False
 ) -> list[DayResult]:
     """Run the job for the period under an already started `run`; return the per-day results."""
     progress = Progress(run=run, write=write, stages=6 + int(repair_requested))
@@ -118,7 +118,7 @@ def run_nightly(
     with ExitStack() as stack:
         with progress.stage("spark session") as facts:
             rows = extract.count_orders(sources.orders, start=period.start - lookback, end=period.end + lookback)
-            spark = stack.enter_context(spark_session(tuning=tuning_for(rows)))
+            spark = stack.enter_context(spark_session(tuning=tuning_for(rows), verbose=verbose))
             facts["master"] = spark.sparkContext.master
             facts["shuffle_partitions"] = spark.conf.get("spark.sql.shuffle.partitions")
         try:

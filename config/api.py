@@ -2,6 +2,8 @@
 
 from django.core.exceptions import RequestDataTooBig
 from django.db import OperationalError
+from django.http import JsonResponse
+from django.views.defaults import page_not_found
 from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
@@ -25,3 +27,10 @@ def exception_handler(exc, context):
             headers={"Retry-After": str(DATABASE_RETRY_AFTER_SECONDS)},
         )
     return drf_exception_handler(exc, context)
+
+
+def not_found(request, exception):
+    """Answer an unknown URL under /api/ with the API's JSON 404 body, and everything else with Django's page."""
+    if request.path.startswith("/api/"):
+        return JsonResponse({"detail": "Not found."}, status=status.HTTP_404_NOT_FOUND)
+    return page_not_found(request, exception)

@@ -22,6 +22,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "rest_framework.authtoken",
     "drf_spectacular",
+    "drf_spectacular_sidecar",
     "orders",
     "outbox",
     "credits",
@@ -31,6 +32,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "config.middleware.BodySizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Right after SecurityMiddleware, as WhiteNoise asks: static files are answered before sessions or auth run.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -103,9 +106,19 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
+# Timestamps on pages read 2026-11-22 23:11:05 UTC (config/formats/en/formats.py), not "Nov. 22, 2026, 11:11 p.m.".
+FORMAT_MODULE_PATH = "config.formats"
 
 STATIC_URL = "static/"
-STATIC_ROOT = BASE_DIR / "staticfiles"
+# collectstatic (scripts/setup.sh) writes here; the web process serves it through WhiteNoise, no separate web server.
+STATIC_ROOT = Path(env_str("DJANGO_STATIC_ROOT", str(BASE_DIR / "staticfiles")))
+# Files of the project itself (the favicon), beside each app's static/.
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    # Content-hashed names (cached for a year by browsers) plus gzip copies; needs collectstatic's manifest.
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
 
 # Request bodies above this size answer 413 before anything parses them.
 API_MAX_BODY_BYTES = 64 * 1024
@@ -137,6 +150,12 @@ SPECTACULAR_SETTINGS = {
     "DESCRIPTION": "Orders written atomically with their outbox message; credits awarded exactly once in effect.",
     "VERSION": "1.0.0",
     "SERVE_INCLUDE_SCHEMA": False,
+    # Swagger UI and ReDoc from our own static files (drf-spectacular-sidecar): the docs work with no internet.
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    # Links from a placed order to its reads, for generated clients and schemathesis' stateful tests.
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "config.openapi.add_links"],
 }
 
 # Shared cache: the order throttle counts there, so its limit holds across every gunicorn worker and host.

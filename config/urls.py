@@ -1,13 +1,21 @@
 """URL routes for the web app."""
 
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path
-from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+from django.utils.functional import lazy
+from django.views.generic import RedirectView
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from config.health import healthz
 from config.metrics import metrics
 from credits.apis import CreditsApi
 from orders.apis import OrderDetailApi, OrderListCreateApi, TransactionCheckApi
+
+# The outbox and dead-letter lists are wide tables: the page's width goes to them, not to a sidebar of every model.
+admin.site.enable_nav_sidebar = False
+admin.site.site_header = "creditshop administration"
+admin.site.site_title = "creditshop admin"
 
 urlpatterns = [
     path("admin/", admin.site.urls),
@@ -19,5 +27,11 @@ urlpatterns = [
     path("api/credits/", CreditsApi.as_view(), name="credits"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
+    path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
     path("reports/", include("analytics.urls")),
+    # Browsers ask every site for /favicon.ico; the admin pages name none. Lazy: the manifest is read per request.
+    path("favicon.ico", RedirectView.as_view(url=lazy(static, str)("favicon.svg"), permanent=False)),
 ]
+
+# Unknown URLs under /api/ answer JSON like the API's own 404s (the OpenAPI document promises JSON).
+handler404 = "config.api.not_found"

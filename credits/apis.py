@@ -5,24 +5,29 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.pagination import LimitOffsetPagination
+from config.openapi import error_responses
+from config.pagination import LimitOffsetPagination, page_parameters
 from credits import selectors
 
 
-class CreditsApi(APIView):
-    class CreditEntrySerializer(serializers.Serializer):
-        order_id = serializers.IntegerField()
-        total = serializers.IntegerField()
-        created_at = serializers.DateTimeField()
+class CreditEntrySerializer(serializers.Serializer):
+    order_id = serializers.IntegerField()
+    total = serializers.IntegerField()
+    created_at = serializers.DateTimeField()
 
+
+class CreditsApi(APIView):
     class CreditsOutputSerializer(serializers.Serializer):
         balance = serializers.IntegerField()
         count = serializers.IntegerField()
         next = serializers.URLField(allow_null=True)
         previous = serializers.URLField(allow_null=True)
-        entries = serializers.ListField(child=serializers.DictField())
+        entries = CreditEntrySerializer(many=True)
 
-    @extend_schema(responses=CreditsOutputSerializer)
+    @extend_schema(
+        parameters=page_parameters("entries"),
+        responses={200: CreditsOutputSerializer, **error_responses(400, 401)},
+    )
     def get(self, request):
         paginator = LimitOffsetPagination()
         page = paginator.paginate_queryset(selectors.credit_entries(user_id=request.user.pk), request, view=self)
@@ -32,6 +37,6 @@ class CreditsApi(APIView):
                 "count": paginator.count,
                 "next": paginator.get_next_link(),
                 "previous": paginator.get_previous_link(),
-                "entries": self.CreditEntrySerializer(page, many=True).data,
+                "entries": CreditEntrySerializer(page, many=True).data,
             }
         )

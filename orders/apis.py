@@ -4,14 +4,18 @@ import unicodedata
 from collections.abc import Mapping
 
 from django.conf import settings
+from django.core.validators import RegexValidator
 from django.http import Http404
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.pagination import LimitOffsetPagination
+from config.openapi import RETRY_AFTER, error_responses
+from config.pagination import LimitOffsetPagination, page_parameters
+from config.parsers import JSONParser
 from config.throttling import SharedCacheUserRateThrottle
+from credits.selectors import CreditStatus
 from orders import selectors, services
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -40,9 +44,27 @@ class StrictCharField(serializers.CharField):
         return super().to_internal_value(data)
 
 
-def refuse_control_characters(value: str) -> None:
+# Unicode's control (Cc) and format (Cf: bidi overrides, zero-width) characters of the Basic Multilingual Plane as
+# of Unicode 14 (Python 3.11), written out because scanning unicodedata takes a second (test_apis checks the two
+# agree). The OpenAPI document carries them as a pattern, so generated data and clients know the rule; JSON Schema
+# patterns cannot name characters beyond the BMP, so refuse_unprintable checks the rest by category.
+UNPRINTABLE_BMP_RANGES = (
+    (0x0000, 0x001F), (0x007F, 0x009F), (0x00AD, 0x00AD), (0x0600, 0x0605), (0x061C, 0x061C), (0x06DD, 0x06DD),
+    (0x070F, 0x070F), (0x0890, 0x0891), (0x08E2, 0x08E2), (0x180E, 0x180E), (0x200B, 0x200F), (0x202A, 0x202E),
+    (0x2060, 0x2064), (0x2066, 0x206F), (0xFEFF, 0xFEFF), (0xFFF9, 0xFFFB),
+)  # fmt: skip
+UNPRINTABLE_BMP = "".join(
+    rf"\u{first:04x}" + ("" if first == last else rf"-\u{last:04x}") for first, last in UNPRINTABLE_BMP_RANGES
+)
+# Surrounding whitespace is trimmed before validation, so the pattern allows it there, and asks for one visible
+# character, as the blank check does.
+GOODS_NAME_PATTERN = rf"^\s*[^{UNPRINTABLE_BMP}\s](?:[^{UNPRINTABLE_BMP}]*[^{UNPRINTABLE_BMP}\s])?\s*$"
+UNPRINTABLE_MESSAGE = "Control and format characters are not allowed."
+
+
+def refuse_unprintable(value: str) -> None:
     if any(unicodedata.category(ch) in ("Cc", "Cf", "Cs") for ch in value):
-        raise serializers.ValidationError("Control and format characters are not allowed.")
+        raise serializers.ValidationError(UNPRINTABLE_MESSAGE)
 
 
 class OrderOutputSerializer(serializers.Serializer):
@@ -51,8 +73,35 @@ class OrderOutputSerializer(serializers.Serializer):
     goods_name = serializers.CharField()
     total = serializers.IntegerField()
     transaction_id = serializers.CharField()
-    credit_status = serializers.CharField()
+    credit_status = serializers.ChoiceField(
+        choices=[CreditStatus.PENDING, CreditStatus.AWARDED, CreditStatus.DEAD_LETTERED, CreditStatus.UNKNOWN]
+    )
     created_at = serializers.DateTimeField()
+
+
+class OrderPageSerializer(serializers.Serializer):
+    """The envelope LimitOffsetPagination answers with (documentation only)."""
+
+    count = serializers.IntegerField()
+    next = serializers.URLField(allow_null=True)
+    previous = serializers.URLField(allow_null=True)
+    results = OrderOutputSerializer(many=True)
+
+
+ORDER_EXAMPLE = OpenApiExample(
+    "order",
+    value={
+        "id": 42,
+        "user_id": 7,
+        "goods_name": "coffee beans",
+        "total": 3,
+        "transaction_id": "3f2c9a0e8b7d4c1fa6e5d4c3b2a19087",
+        "credit_status": "pending",
+        "created_at": "2026-11-22T23:05:00.123456Z",
+    },
+    response_only=True,
+    status_codes=[200, 201],
+)
 
 
 _DATETIME = serializers.DateTimeField()
@@ -85,8 +134,16 @@ class OrderThrottle(SharedCacheUserRateThrottle):
 
 
 class OrderListCreateApi(APIView):
+    # JSON only (the strict parser, which refuses hostile bodies): the strict fields refuse the strings a form would
+    # send, so forms are 415, not a confusing 400.
+    parser_classes = [JSONParser]
+
     class OrderInputSerializer(serializers.Serializer):
-        goods_name = StrictCharField(max_length=255, validators=[refuse_control_characters])
+        goods_name = StrictCharField(
+            min_length=1,
+            max_length=255,
+            validators=[RegexValidator(GOODS_NAME_PATTERN, UNPRINTABLE_MESSAGE), refuse_unprintable],
+        )
         total = StrictIntegerField(min_value=1, max_value=10_000)
 
         def to_internal_value(self, data):
@@ -105,7 +162,11 @@ class OrderListCreateApi(APIView):
     def get_throttles(self):
         return [OrderThrottle()] if self.request.method == "POST" else []
 
-    @extend_schema(responses=OrderOutputSerializer(many=True))
+    @extend_schema(
+        operation_id="orders_list",
+        parameters=page_parameters("orders"),
+        responses={200: OrderPageSerializer, **error_responses(400, 401)},
+    )
     def get(self, request):
         paginator = LimitOffsetPagination()
         page = paginator.paginate_queryset(selectors.order_list(user=request.user), request, view=self)
@@ -113,15 +174,33 @@ class OrderListCreateApi(APIView):
         return paginator.get_paginated_response(OrderOutputSerializer(orders, many=True).data)
 
     @extend_schema(
+        operation_id="orders_create",
         request=OrderInputSerializer,
-        responses={201: OrderOutputSerializer},
+        responses={
+            201: OpenApiResponse(OrderOutputSerializer, description="The order, new or (same key and body) replayed."),
+            **error_responses(400, 401, 413, 415, 422, 429),
+        },
         parameters=[
             OpenApiParameter(
                 IDEMPOTENCY_HEADER,
-                str,
+                {"type": "string", "minLength": 1, "maxLength": IDEMPOTENCY_KEY_MAX},
                 OpenApiParameter.HEADER,
-                description="Retries with the same key and body return the same order (at most 255 characters).",
-            )
+                description=f"Retries with the same key and body return the same order (1 to {IDEMPOTENCY_KEY_MAX} "
+                "characters; a UUID is a good key).",
+                examples=[OpenApiExample("uuid", value="5b0c8f7e-4a3d-4e2b-9c1a-0d9e8f7a6b5c")],
+            ),
+            OpenApiParameter(
+                "Idempotent-Replayed",
+                {"type": "string", "enum": ["true"]},
+                OpenApiParameter.HEADER,
+                response=[201],
+                description="Present when this answer replays the order an earlier request with the key created.",
+            ),
+            RETRY_AFTER,
+        ],
+        examples=[
+            OpenApiExample("order", value={"goods_name": "coffee beans", "total": 3}, request_only=True),
+            ORDER_EXAMPLE,
         ],
     )
     def post(self, request):
@@ -141,7 +220,7 @@ class OrderListCreateApi(APIView):
 
 
 class OrderDetailApi(APIView):
-    @extend_schema(responses=OrderOutputSerializer)
+    @extend_schema(responses={200: OrderOutputSerializer, **error_responses(401, 404)}, examples=[ORDER_EXAMPLE])
     def get(self, request, order_id: int):
         order = selectors.order_get(user=request.user, order_id=order_id)
         if order is None:
@@ -156,7 +235,7 @@ class TransactionCheckApi(APIView):
         foreign_key = serializers.CharField()
         state = serializers.CharField()
 
-    @extend_schema(responses={200: CheckBackSerializer, 404: None})
+    @extend_schema(responses={200: CheckBackSerializer, **error_responses(401, 404)})
     def get(self, request, transaction_id: str):
         result = selectors.transaction_check(user=request.user, transaction_id=transaction_id)
         if result is None:

@@ -5,28 +5,60 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 
-PORT=${PORT:-8000}
-RUN_DIR=.run
+PORT=${DEMO_PORT:-${PORT:-8000}}
+RUN_DIR=$(realpath -m "${DEMO_RUN_DIR:-.run}")
 mkdir -p "$RUN_DIR/logs"
-export PROMETHEUS_MULTIPROC_DIR="$PWD/$RUN_DIR/prometheus"
+export PROMETHEUS_MULTIPROC_DIR="$RUN_DIR/prometheus"
 rm -rf "$PROMETHEUS_MULTIPROC_DIR" && mkdir -p "$PROMETHEUS_MULTIPROC_DIR"
 PY=.venv/bin/python
+# Each process runs in its own session (setsid), so Ctrl-C reaches only this script, and stopping a process group
+# takes its children too (Celery's pool, gunicorn's workers). The groups are recorded, so a run that was killed
+# before it could clean up is cleaned up by the next one.
+PGID_FILE="$RUN_DIR/demo.pgids"
+
+group_alive() { kill -0 -- "-$1" 2>/dev/null; }
+stop_groups() {  # pgid...: TERM each group, wait up to 7 s, then KILL what is left
+  local pgid
+  for pgid in "$@"; do kill -TERM -- "-$pgid" 2>/dev/null || true; done
+  for _ in $(seq 70); do
+    local alive=0
+    for pgid in "$@"; do group_alive "$pgid" && alive=1; done
+    [ "$alive" -eq 0 ] && return 0
+    sleep 0.1
+  done
+  for pgid in "$@"; do kill -KILL -- "-$pgid" 2>/dev/null || true; done
+}
+
+if [ -f "$PGID_FILE" ]; then
+  leftovers=()
+  while read -r pgid; do
+    # Only groups still running from this checkout: a recycled id belongs to someone else.
+    [ -n "$pgid" ] && group_alive "$pgid" && [ "$(readlink "/proc/$pgid/cwd" 2>/dev/null)" = "$PWD" ] && leftovers+=("$pgid")
+  done <"$PGID_FILE"
+  if [ ${#leftovers[@]} -gt 0 ]; then
+    echo "==> Stopping ${#leftovers[@]} process groups an earlier demo left running"
+    stop_groups "${leftovers[@]}"
+  fi
+  rm -f "$PGID_FILE"
+fi
 
 pids=()
 stop_all() {
   trap - INT TERM EXIT
   echo
   echo "==> Stopping everything the demo started"
-  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  [ ${#pids[@]} -gt 0 ] && stop_groups "${pids[@]}"
+  rm -f "$PGID_FILE"
   echo "stopped."
 }
-trap stop_all INT TERM EXIT
+trap 'stop_all; exit 130' INT TERM
+trap stop_all EXIT
 
 start() {  # name, command...
   local name=$1; shift
-  "$@" >"$RUN_DIR/logs/$name.log" 2>&1 &
+  setsid "$@" >"$RUN_DIR/logs/$name.log" 2>&1 </dev/null &
   pids+=($!)
+  echo "$!" >>"$PGID_FILE"
   echo "    $name (pid $!, log $RUN_DIR/logs/$name.log)"
 }
 

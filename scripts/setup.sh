@@ -7,7 +7,9 @@ cd "$(dirname "$0")/.."
 log() { printf '\n==> %s\n' "$*"; }
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
-packages=(libmariadb-dev pkg-config libmariadb-java openjdk-17-jre-headless python3-venv python3-dev build-essential)
+# chromium and chromium-driver: the browser tests (tests/browser/) drive the admin, reports and API docs pages.
+packages=(libmariadb-dev pkg-config libmariadb-java openjdk-17-jre-headless python3-venv python3-dev build-essential
+  chromium chromium-driver)
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || packages+=(mariadb-server)
 command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/sbin/rabbitmq-server ] || packages+=(rabbitmq-server)
 command -v redis-server >/dev/null 2>&1 || packages+=(redis-server)
@@ -83,4 +85,6 @@ for alias, db in settings.DATABASES.items():
 PY
 .venv/bin/python manage.py migrate --no-input -v 0
 .venv/bin/python manage.py migrate --database credits --no-input -v 0
+log "Collecting static files (served by WhiteNoise: hashed names, gzip copies)"
+.venv/bin/python manage.py collectstatic --no-input -v 0
 log "Setup done"

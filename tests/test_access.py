@@ -10,7 +10,8 @@ from rest_framework.test import APIClient
 
 pytestmark = pytest.mark.django_db
 
-PUBLIC = {"healthz", "metrics", "api/schema/", "api/docs/"}  # probes and the API description, meant to be open
+# Probes, the API description and the favicon, meant to be open.
+PUBLIC = {"healthz", "metrics", "api/schema/", "api/docs/", "api/redoc/", "favicon.ico"}
 API = {
     "api/orders/": "/api/orders/",
     "api/orders/<int:order_id>/": "/api/orders/1/",

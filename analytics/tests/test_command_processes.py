@@ -160,6 +160,8 @@ def test_violations_exit_zero_and_a_failed_job_exits_non_zero(tmp_path):
     assert found.returncode == 0, found.stderr[-3000:]
     assert f"{DAY}: 3 violations (missing_credit=3)" in found.stdout
     assert "[3/6] look-ups outside the window done" in found.stdout  # per-stage progress
+    # Spark's own start-up chatter stays out unless asked for (-v 2).
+    assert "native-hadoop" not in found.stderr and "log4j profile" not in found.stderr, found.stderr[-3000:]
 
     broken = run_command(
         command_env(tmp_path, SPARK_MASTER="local[2]", SPARK_JDBC_JAR=str(tmp_path / "missing.jar")),

@@ -85,8 +85,10 @@ def test_credits_api_pages_are_never_larger_than_the_cap(api, user):
     for _ in range(MAX_PAGE_SIZE + 1):
         award(place_order(user=user, total=1)[1])
 
-    body = api.get("/api/credits/", {"limit": 100_000_000}).json()
+    refused = api.get("/api/credits/", {"limit": 100_000_000})
+    body = api.get("/api/credits/", {"limit": MAX_PAGE_SIZE}).json()
 
+    assert refused.status_code == 400 and "limit" in refused.json()
     assert (body["count"], len(body["entries"])) == (MAX_PAGE_SIZE + 1, MAX_PAGE_SIZE)
     assert body["next"] is not None
 

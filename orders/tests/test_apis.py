@@ -1,11 +1,14 @@
 """The orders REST API: creation, validation, idempotency over HTTP, access control, check-back, pagination."""
 
 import json
+import re
+import unicodedata
 
 import pytest
 from rest_framework.test import APIClient
 
 from config.pagination import MAX_PAGE_SIZE
+from orders.apis import UNPRINTABLE_BMP
 from orders.models import Order
 from orders.services import order_create
 from outbox.models import TransactionLog
@@ -188,8 +191,11 @@ def test_a_page_is_never_larger_than_the_cap(api, user):
     for _ in range(MAX_PAGE_SIZE + 1):
         order_create(user=user, goods_name="tea", total=1)
 
-    page = api.get(URL, {"limit": 100_000_000}).json()
+    refused = api.get(URL, {"limit": 100_000_000})
+    page = api.get(URL, {"limit": MAX_PAGE_SIZE}).json()
 
+    assert refused.status_code == 400
+    assert refused.json() == {"limit": [f"Must be between 1 and {MAX_PAGE_SIZE}."]}
     assert page["count"] == MAX_PAGE_SIZE + 1
     assert len(page["results"]) == MAX_PAGE_SIZE
     assert page["next"] is not None
@@ -302,3 +308,25 @@ def test_schema_and_docs_are_served(api):
         paths
     )
     assert api.get("/api/docs/").status_code == 200
+
+
+def test_the_unprintable_character_class_matches_unicodedata():
+    pattern = re.compile(f"[{UNPRINTABLE_BMP}]")
+    written = {code for code in range(0x10000) if pattern.match(chr(code))}
+    categorised = {code for code in range(0x10000) if unicodedata.category(chr(code)) in ("Cc", "Cf")}
+    assert written == categorised
+
+
+@pytest.mark.parametrize("name", ["a\u202eb", "\ud800", "tab\there", " ", "\U000e0001"])
+def test_unprintable_goods_names_are_refused(api, name):
+    # json.dumps escapes a lone surrogate as \ud800, as a hostile client would send it.
+    response = api.post(URL, json.dumps({"goods_name": name, "total": 1}), content_type="application/json")
+
+    assert response.status_code == 400 and "goods_name" in response.json()
+    assert_nothing_written()
+
+
+def test_orders_take_json_only(api):
+    response = api.post("/api/orders/", {"goods_name": "tea", "total": 1}, format="multipart")
+
+    assert response.status_code == 415

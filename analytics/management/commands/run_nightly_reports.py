@@ -39,7 +39,14 @@ class Command(BaseCommand):
                 run = services.run_start(period=period, repair=repair, spark_master=settings.SPARK_MASTER)
                 self.stdout.write(f"nightly run #{run.pk} for {period} on {settings.SPARK_MASTER}")
                 try:
-                    results = run_nightly(run=run, period=period, repair_requested=repair, write=self._progress)
+                    results = run_nightly(
+                        run=run,
+                        period=period,
+                        repair_requested=repair,
+                        write=self._progress,
+                        # Spark's own start-up warnings only when asked for: -v 2.
+                        verbose=options["verbosity"] > 1,
+                    )
                 except BaseException as exc:
                     services.run_fail(run=run, error=exc)
                     raise

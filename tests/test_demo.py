@@ -1,0 +1,61 @@
+"""scripts/demo.sh in a real terminal: Ctrl-C stops all it started; a killed run's leftovers are stopped next time."""
+
+import os
+import time
+
+import pexpect
+import pytest
+from django.conf import settings
+from django.db import connection
+
+from tests.processes import free_port
+from tests.reliability.harness import ROOT, database_url
+
+pytestmark = pytest.mark.slow
+
+
+def running(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_ctrl_c_stops_everything_and_a_killed_runs_leftovers_are_stopped(transactional_db, tmp_path):
+    run_dir = tmp_path / "run"
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(connection.settings_dict),
+        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
+        "REPORTS_DIR": str(tmp_path / "reports"),
+        "DEMO_PORT": str(free_port()),
+        "DEMO_RUN_DIR": str(run_dir),
+        "DEMO_ORDERS": "5",
+    }
+
+    first = pexpect.spawn("scripts/demo.sh", cwd=ROOT, env=env, encoding="utf-8", timeout=240)
+    first.expect("Placing demo orders")
+    leftovers = [int(line) for line in (run_dir / "demo.pgids").read_text().split()]
+    first.kill(9)  # the terminal went away: no trap runs, the services stay up
+    first.wait()
+    assert len(leftovers) == 4 and all(running(pgid) for pgid in leftovers)
+
+    second = pexpect.spawn("scripts/demo.sh", cwd=ROOT, env=env, encoding="utf-8", timeout=240)
+    try:
+        second.expect("Stopping 4 process groups an earlier demo left running")
+        second.expect("Placing demo orders")
+        assert not any(running(pgid) for pgid in leftovers)
+        started = [int(line) for line in (run_dir / "demo.pgids").read_text().split()]
+
+        interrupted = time.monotonic()
+        second.sendintr()  # Ctrl-C, through the pseudo-terminal's line discipline
+        second.expect("stopped.", timeout=10)
+        second.expect(pexpect.EOF, timeout=5)
+        assert time.monotonic() - interrupted < 10
+        assert not any(running(pgid) for pgid in started)
+    finally:
+        second.close(force=True)
+        for pgid in leftovers:
+            if running(pgid):
+                os.killpg(pgid, 9)
