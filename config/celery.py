@@ -18,6 +18,9 @@ OUTBOX_QUEUE = "outbox"
 CREDITS_QUEUE = "credits"
 CREDITS_DEAD_QUEUE = "credits.dead"
 CREDITS_DEAD_EXCHANGE = "credits.dlx"
+# A credits message header set by the relay: when its outbox row was written (Unix seconds), i.e. the order's commit
+# give or take the transaction's few milliseconds; the consumer measures the end-to-end latency from it.
+CREATED_AT_HEADER = "creditshop_created_at"
 
 dead_letter_exchange = Exchange(CREDITS_DEAD_EXCHANGE, type="direct", durable=True)
 
@@ -114,3 +117,35 @@ def database_connections_close_after_failure(task=None, state=None, **kwargs) ->
     """Close the connections after a task that did not succeed: a failed query can leave one unusable unnoticed."""
     if state != states.SUCCESS and not getattr(task.request, "is_eager", False):
         connections.close_all()
+
+
+# --- tracing and log context (config/tracing.py, config/logs.py) -------------------------------------------------
+
+
+@signals.worker_process_init.connect
+def tracing_start_in_pool_process(**kwargs) -> None:
+    """Set up tracing in each prefork pool process: the SDK's export thread does not survive the fork."""
+    from config.tracing import tracing_setup
+
+    tracing_setup(service_name="creditshop-worker", celery=True)
+
+
+@signals.worker_init.connect
+def tracing_start_in_worker(sender=None, **kwargs) -> None:
+    """Set up tracing in a worker whose pool runs tasks in its own process (solo, threads)."""
+    from config.tracing import tracing_setup
+
+    pool = getattr(sender, "pool_cls", None)
+    if "prefork" not in f"{getattr(pool, '__module__', '')}{pool}":
+        tracing_setup(service_name="creditshop-worker", celery=True)
+
+
+@signals.after_setup_logger.connect
+@signals.after_setup_task_logger.connect
+def log_context_install(logger=None, **kwargs) -> None:
+    """Give the handlers Celery installs the trace and transaction fields, and the JSON format if LOG_FORMAT=json."""
+    from django.conf import settings
+
+    from config.logs import celery_logging_install
+
+    celery_logging_install(logger, json_format=settings.LOG_FORMAT == "json")

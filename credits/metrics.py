@@ -7,7 +7,7 @@ the database at scrape time, so any web process reports the same figure.
 
 import logging
 
-from prometheus_client import REGISTRY, Counter
+from prometheus_client import REGISTRY, Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 logger = logging.getLogger(__name__)
@@ -26,6 +26,13 @@ DEAD_LETTERED = Counter(
     "creditshop_credits_dead_lettered",
     "Credits messages dead-lettered (sent to credits.dead and recorded for the admin), by reason.",
     ["reason"],
+)
+# Order commit to credit, as the consumer sees it: from the outbox row's creation time (the relay's message header) to
+# the award's commit. Spans the relay's wake-up or poll, the broker, any retries and the award itself.
+ORDER_TO_CREDIT = Histogram(
+    "creditshop_order_to_credit_seconds",
+    "Seconds from an order's commit (its outbox row) to its credit's commit, measured by the credits consumer.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0),
 )
 
 OPEN_DEAD_LETTERS = "creditshop_credits_dead_letters_open"
