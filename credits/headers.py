@@ -18,3 +18,9 @@ def message_age_seconds(request) -> float | None:
     """Return how long ago the message's outbox row was written, or None if unknown."""
     created_at = message_created_at(request)
     return None if created_at is None else max(0.0, time.time() - created_at)
+
+
+def headers_to_carry(request) -> dict:
+    """Return the headers a retry of this message must carry again: Celery does not copy them over by itself."""
+    created_at = message_created_at(request)
+    return {} if created_at is None else {CREATED_AT_HEADER: created_at}

@@ -17,7 +17,7 @@ from config import tracing
 from config.logs import transaction_bind, transaction_unbind
 from credits import metrics, retry, services
 from credits.errors import MalformedMessage
-from credits.headers import message_age_seconds
+from credits.headers import headers_to_carry, message_age_seconds
 from credits.messages import award_message_parse
 
 logger = logging.getLogger(__name__)
@@ -47,7 +47,10 @@ def _fail(task: Task, exc: Exception, payload: Any) -> NoReturn:
         try:
             with tracing.span("credits.retry", attributes={"credits.reason": failure.reason, "credits.delay_s": delay}):
                 retry_signal = task.retry(
-                    exc=exc, countdown=delay, headers={FIRST_FAILED_HEADER: first_failed_at.isoformat()}, throw=False
+                    exc=exc,
+                    countdown=delay,
+                    headers={FIRST_FAILED_HEADER: first_failed_at.isoformat(), **headers_to_carry(request)},
+                    throw=False,
                 )
         except Reject as not_published:
             # Celery could not publish the retry and would reject the message unrecorded; dead-letter it here.

@@ -27,8 +27,13 @@ class TransactionLog(models.Model):
     discarded_reason = models.TextField(blank=True, default="")
     discarded_by = models.CharField(max_length=150, blank=True, default="")
     # The W3C trace context of the request that wrote the row, so the consumer's spans join that request's trace.
-    traceparent = models.CharField(max_length=TRACEPARENT_MAX, blank=True, default="", db_collation="ascii_bin")
-    tracestate = models.CharField(max_length=TRACESTATE_MAX, blank=True, default="", db_collation="ascii_bin")
+    # A database default too, so code from before these columns can still insert rows while a deploy rolls out.
+    traceparent = models.CharField(
+        max_length=TRACEPARENT_MAX, blank=True, default="", db_default="", db_collation="ascii_bin"
+    )
+    tracestate = models.CharField(
+        max_length=TRACESTATE_MAX, blank=True, default="", db_default="", db_collation="ascii_bin"
+    )
 
     class Meta:
         db_table = "transaction_log"

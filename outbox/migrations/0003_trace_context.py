@@ -10,11 +10,11 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="transactionlog",
             name="traceparent",
-            field=models.CharField(blank=True, db_collation="ascii_bin", default="", max_length=55),
+            field=models.CharField(blank=True, db_collation="ascii_bin", db_default="", default="", max_length=55),
         ),
         migrations.AddField(
             model_name="transactionlog",
             name="tracestate",
-            field=models.CharField(blank=True, db_collation="ascii_bin", default="", max_length=512),
+            field=models.CharField(blank=True, db_collation="ascii_bin", db_default="", default="", max_length=512),
         ),
     ]

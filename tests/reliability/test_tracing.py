@@ -6,6 +6,7 @@ dead-lettered and then replayed from the admin.
 """
 
 import json
+import re
 import socket
 import threading
 from collections.abc import Iterator
@@ -231,6 +232,11 @@ def test_one_trace_from_order_request_to_credit_through_retry_and_replay(cluster
     assert (trace_id, request_span_id) in replay["links"] and replay["trace_id"] != trace_id
     replayed = [s for s in inserts if s["trace_id"] == replay["trace_id"]]
     assert replayed and replay in list(ancestors(replayed[-1], by_id))
+
+    # Metrics: the consumer measured order-to-credit for both messages it awarded (the retried one included).
+    metrics = requests.get(f"{cluster.base_url}/metrics", timeout=30).text
+    count = re.search(r"^creditshop_order_to_credit_seconds_count(?:\{[^}]*\})? (\S+)$", metrics, re.M)
+    assert count and float(count.group(1)) == 2, metrics[-2000:]
 
     # Logs: the worker's records are JSON carrying the trace, span and transaction they belong to.
     records = [json.loads(line) for line in cluster.logs("credits", tail=10_000).splitlines() if line.startswith("{")]
