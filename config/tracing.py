@@ -77,12 +77,13 @@ def _span_exporters(environ) -> list:
     return exporters
 
 
-def tracing_setup(*, service_name: str, django: bool = False, celery: bool = False) -> bool:
+def tracing_setup(*, service_name: str, django: bool = False, celery: bool = False, sql: bool = True) -> bool:
     """Install the tracer provider and the instrumentations in this process if OTEL_* asks; return whether it did.
 
-    `service_name` is the default for OTEL_SERVICE_NAME. Call it once per process after any fork (gunicorn imports
-    the WSGI module in each worker; Celery's prefork children run worker_process_init): the batch span processor's
-    export thread does not survive a fork, and a second call in the same process changes nothing.
+    `service_name` is the default for OTEL_SERVICE_NAME; `sql` adds a span per SQL statement. Call it once per
+    process after any fork (gunicorn imports the WSGI module in each worker; Celery's prefork children run
+    worker_process_init): the batch span processor's export thread does not survive a fork, and a second call in the
+    same process changes nothing.
     """
     if _state["pid"] == os.getpid():
         return _state["enabled"]
@@ -103,8 +104,9 @@ def tracing_setup(*, service_name: str, django: bool = False, celery: bool = Fal
     for exporter in _span_exporters(environ):
         provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
-    # Connections opened from now on are traced: one span per statement, a child of whatever span is current.
-    MySQLClientInstrumentor().instrument(tracer_provider=provider)
+    if sql:
+        # Connections opened from now on are traced: one span per statement, a child of whatever span is current.
+        MySQLClientInstrumentor().instrument(tracer_provider=provider)
     if django:
         from opentelemetry.instrumentation.django import DjangoInstrumentor
 
