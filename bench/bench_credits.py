@@ -11,11 +11,12 @@ It writes N orders with their transaction_log rows (bulk, as seed data), publish
 
 Exit status 1 when an order is credited twice or not at all, or a balance disagrees with its entries.
 
-Tracing overhead: ``--compare-tracing ROUNDS`` drains the backlog ROUNDS times for each of: today's code from another
-checkout (``--baseline-dir``, same venv; skipped without it), this code with tracing off (packages installed, no
-OTEL_* set) and this code with tracing on (every trace sampled, exported over OTLP/HTTP to a sink in this process),
-interleaved within each round. Every message carries a traceparent and the relay's creation-time header in all
-variants, as the relay sends them, so the worker's spans are children of a (synthetic) order request.
+Tracing overhead: ``--compare-tracing ROUNDS`` drains the backlog ROUNDS times for each of: today's code from
+another checkout (``--baseline-dir``, same venv; skipped without it), this code with tracing off (packages
+installed, no OTEL_* set), this code with tracing on (every trace sampled, exported over OTLP/HTTP to a sink in this
+process), and tracing on without the per-statement SQL spans, interleaved within each round. Every message carries a
+traceparent and the relay's creation-time header in all variants, as the relay sends them, so the worker's spans are
+children of a (synthetic) order request.
 
     DJANGO_DEBUG=false python bench/bench_credits.py --messages 5000 --compare-tracing 3 --baseline-dir /tmp/main
 """
@@ -249,7 +250,11 @@ def main() -> int:
 def compare_tracing(args: argparse.Namespace) -> int:
     """Drain the same backlog with baseline / tracing off / tracing on workers, interleaved; print every run."""
     sink = OtlpSink()
-    variants = {"tracing off": {"env": {}}, "tracing on": {"env": sink.env()}}
+    variants = {
+        "tracing off": {"env": {}},
+        "tracing on": {"env": sink.env()},
+        "tracing on, TRACING_SQL_SPANS=false": {"env": {**sink.env(), "TRACING_SQL_SPANS": "false"}},
+    }
     if args.baseline_dir:
         variants = {"baseline (today's code)": {"code_dir": Path(args.baseline_dir)}, **variants}
     runs: dict[str, list[dict]] = {name: [] for name in variants}

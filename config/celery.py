@@ -127,7 +127,7 @@ def tracing_start_in_pool_process(**kwargs) -> None:
     """Set up tracing in each prefork pool process: the SDK's export thread does not survive the fork."""
     from config.tracing import tracing_setup
 
-    tracing_setup(service_name="creditshop-worker", celery=True)
+    tracing_setup(service_name="creditshop-worker", celery=True, sql=_sql_spans())
 
 
 @signals.worker_init.connect
@@ -137,7 +137,15 @@ def tracing_start_in_worker(sender=None, **kwargs) -> None:
 
     pool = getattr(sender, "pool_cls", None)
     if "prefork" not in f"{getattr(pool, '__module__', '')}{pool}":
-        tracing_setup(service_name="creditshop-worker", celery=True)
+        tracing_setup(service_name="creditshop-worker", celery=True, sql=_sql_spans())
+
+
+def _sql_spans() -> bool:
+    # A span per statement triples the spans of an award; TRACING_SQL_SPANS=false trades them for CPU
+    # (docs/PERFORMANCE.md, "Tracing overhead").
+    from django.conf import settings
+
+    return settings.TRACING_SQL_SPANS
 
 
 @signals.after_setup_logger.connect

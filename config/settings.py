@@ -205,6 +205,8 @@ if not DEBUG:
 # Logs: plain text, or one JSON object per line with LOG_FORMAT=json; either way every record carries trace_id,
 # span_id and transaction_id (config/logs.py). Tracing itself is configured by the OTEL_* variables (config/tracing.py).
 LOG_FORMAT = env_str("LOG_FORMAT", "plain").lower()
+# With tracing on, the workers and the relay add a span per SQL statement (the web never does: config/wsgi.py).
+TRACING_SQL_SPANS = env_bool("TRACING_SQL_SPANS", True)
 if LOG_FORMAT not in ("plain", "json"):
     raise ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r} is not one of plain, json")
 LOGGING = {

@@ -30,8 +30,8 @@ TRACESTATE_MAX = 512
 _PROPAGATOR = TraceContextTextMapPropagator()
 _TRUE = {"1", "true", "yes", "on"}
 
-# Set by tracing_setup in the process that runs it; a forked child re-runs the setup (see tracing_setup).
-_state = {"pid": None, "enabled": False}
+# Set by tracing_setup; a child forked after it inherits both (see tracing_setup).
+_state = {"configured": False, "enabled": False}
 
 
 def tracing_requested(environ: dict | None = None) -> bool:
@@ -50,7 +50,7 @@ def tracing_requested(environ: dict | None = None) -> bool:
 
 def tracing_enabled() -> bool:
     """Return whether this process records and exports spans."""
-    return _state["enabled"] and _state["pid"] == os.getpid()
+    return _state["enabled"]
 
 
 def _span_exporters(environ) -> list:
@@ -80,14 +80,14 @@ def _span_exporters(environ) -> list:
 def tracing_setup(*, service_name: str, django: bool = False, celery: bool = False, sql: bool = True) -> bool:
     """Install the tracer provider and the instrumentations in this process if OTEL_* asks; return whether it did.
 
-    `service_name` is the default for OTEL_SERVICE_NAME; `sql` adds a span per SQL statement. Call it once per
-    process after any fork (gunicorn imports the WSGI module in each worker; Celery's prefork children run
-    worker_process_init): the batch span processor's export thread does not survive a fork, and a second call in the
-    same process changes nothing.
+    `service_name` is the default for OTEL_SERVICE_NAME; `sql` adds a span per SQL statement. A second call changes
+    nothing. Gunicorn workers import the WSGI module after the fork and Celery's prefork children run
+    worker_process_init, so each sets itself up; a process that set up and then forks (gunicorn --preload) is fine
+    too, since the SDK restarts its batch export thread in the child (os.register_at_fork).
     """
-    if _state["pid"] == os.getpid():
+    if _state["configured"]:
         return _state["enabled"]
-    _state.update(pid=os.getpid(), enabled=False)
+    _state["configured"] = True
     environ = os.environ
     if not tracing_requested(environ):
         return False

@@ -34,7 +34,7 @@ class Command(BaseCommand):
         days, repair = options["days"], options["repair"]
         if days < 1 or days > 366:
             raise CommandError("--days must be between 1 and 366")
-        tracing_setup(service_name="creditshop-analytics")
+        tracing_setup(service_name="creditshop-analytics", sql=settings.TRACING_SQL_SPANS)
         period = Period.ending(options["date"] or timezone.now().date() - timedelta(days=1), days=days)
         try:
             with services.run_lock(period=period):
