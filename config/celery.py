@@ -124,19 +124,18 @@ def database_connections_close_after_failure(task=None, state=None, **kwargs) ->
 
 @signals.worker_process_init.connect
 def tracing_start_in_pool_process(**kwargs) -> None:
-    """Set up tracing in each prefork pool process: the SDK's export thread does not survive the fork."""
+    """Set up tracing where tasks run: each prefork pool process, or a solo worker's only process."""
     from config.tracing import tracing_setup
 
     tracing_setup(service_name="creditshop-worker", celery=True, sql=_sql_spans())
 
 
 @signals.worker_init.connect
-def tracing_start_in_worker(sender=None, **kwargs) -> None:
-    """Set up tracing in a worker whose pool runs tasks in its own process (solo, threads)."""
+def tracing_start_in_threads_worker(sender=None, **kwargs) -> None:
+    """Set up tracing in a threads-pool worker, which runs tasks in its main process and sends no process init."""
     from config.tracing import tracing_setup
 
-    pool = getattr(sender, "pool_cls", None)
-    if "prefork" not in f"{getattr(pool, '__module__', '')}{pool}":
+    if getattr(getattr(sender, "pool_cls", None), "__module__", "") == "celery.concurrency.thread":
         tracing_setup(service_name="creditshop-worker", celery=True, sql=_sql_spans())
 
 
