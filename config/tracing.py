@@ -15,7 +15,7 @@ import os
 from collections.abc import Iterable, Iterator
 
 from django.core.exceptions import ImproperlyConfigured
-from opentelemetry import context, trace
+from opentelemetry import trace
 from opentelemetry.trace import Link, SpanKind
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -171,20 +171,6 @@ def span(
         return
     with _tracer().start_as_current_span(name, kind=kind, attributes=attributes, links=links_to(linked_to)) as current:
         yield current
-
-
-@contextlib.contextmanager
-def continued_from(traceparent: str, tracestate: str = "") -> Iterator[None]:
-    """Make the given remote span the current parent for the block, so new spans join that trace."""
-    span_context = span_context_of(traceparent, tracestate) if tracing_enabled() else None
-    if span_context is None:
-        yield
-        return
-    token = context.attach(trace.set_span_in_context(trace.NonRecordingSpan(span_context)))
-    try:
-        yield
-    finally:
-        context.detach(token)
 
 
 def current_ids() -> tuple[str, str]:
