@@ -11,10 +11,12 @@ from dataclasses import asdict, dataclass, field
 
 from django.db import IntegrityError, transaction
 
+from config import tracing
 from credits.models import OrderCredit
 from orders.models import Order
 from orders.services import BUSINESS_ORDER
 from outbox.models import TransactionLog
+from outbox.selectors import message_trace_contexts
 from outbox.services import message_create, messages_retry_now
 
 
@@ -72,6 +74,19 @@ def repair(*, missing_credit_order_ids: Iterable[int], stuck_log_ids: Iterable[s
         result.skipped[log_id] = "published or discarded since the check ran"
     to_reset |= still_stuck
 
+    # The re-published rows keep their trace context, so their awards join the original orders' traces; the
+    # repair's own span links to those traces, and messages written here become its children.
+    with tracing.span(
+        "analytics.repair.reenqueue",
+        attributes={"creditshop.reset": len(to_reset), "creditshop.created": len(to_create)},
+        linked_to=message_trace_contexts(ids=to_reset).values() if tracing.tracing_enabled() else (),
+    ):
+        _reenqueue(result, to_reset, to_create)
+    return result
+
+
+def _reenqueue(result: RepairResult, to_reset: set[str], to_create: list[Order]) -> None:
+    """Make the rows in `to_reset` due now and write the missing messages of `to_create`, recording each in `result`."""
     if messages_retry_now(ids=sorted(to_reset), republish=True) != len(to_reset):
         # A row changed state between our read and the guarded UPDATE; report what the table says now.
         now_pending = set(
@@ -98,4 +113,3 @@ def repair(*, missing_credit_order_ids: Iterable[int], stuck_log_ids: Iterable[s
         else:
             result.created.append(message.id)
     result.created.sort()
-    return result

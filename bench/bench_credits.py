@@ -11,6 +11,15 @@ It writes N orders with their transaction_log rows (bulk, as seed data), publish
     DJANGO_DEBUG=false python bench/bench_credits.py --messages 20000 --processes 2 --pool solo
 
 Exit status 1 when an order is credited twice or not at all, or a balance disagrees with its entries.
+
+Tracing overhead: ``--compare-tracing ROUNDS`` drains the backlog ROUNDS times for each of: today's code from
+another checkout (``--baseline-dir``, same venv; skipped without it), this code with tracing off (packages
+installed, no OTEL_* set), this code with tracing on (every trace sampled, exported over OTLP/HTTP to a sink in this
+process), and tracing on without the per-statement SQL spans, interleaved within each round. Every message carries a
+traceparent and the relay's creation-time header in all variants, as the relay sends them, so the worker's spans are
+children of a (synthetic) order request.
+
+    DJANGO_DEBUG=false python bench/bench_credits.py --messages 5000 --compare-tracing 3 --baseline-dir /tmp/main
 """
 
 import argparse
@@ -36,7 +45,8 @@ from django.db import connections  # noqa: E402
 from django.db.models import Sum  # noqa: E402
 from kombu import Connection  # noqa: E402
 
-from config.celery import CREDITS_DEAD_QUEUE, CREDITS_QUEUE, app  # noqa: E402
+from bench.common import OtlpSink  # noqa: E402
+from config.celery import CREATED_AT_HEADER, CREDITS_DEAD_QUEUE, CREDITS_QUEUE, app  # noqa: E402
 from credits.models import CreditBalance, DeadLetter, OrderCredit  # noqa: E402
 from orders.models import Order  # noqa: E402
 from orders.services import BUSINESS_ORDER  # noqa: E402
@@ -64,6 +74,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=4, help="tasks in flight per worker process with --pool threads")
     parser.add_argument("--prefetch", type=int, default=None, help="worker --prefetch-multiplier (default: config)")
     parser.add_argument("--keep", action="store_true", help="keep the bench rows afterwards")
+    parser.add_argument("--compare-tracing", type=int, default=0, metavar="ROUNDS", help="tracing overhead only")
+    parser.add_argument("--baseline-dir", default=None, help="another checkout to measure as the baseline")
     return parser.parse_args()
 
 
@@ -139,20 +151,26 @@ def publish_all(payloads: list[dict], *, duplicates: float) -> int:
     """Publish every payload as the relay does, plus re-deliveries of a random share; return how many were sent."""
     deliveries = payloads + random.sample(payloads, int(len(payloads) * duplicates))
     random.shuffle(deliveries)
+    created_at = time.time()
     with app.producer_or_acquire() as producer:
         for payload in deliveries:
+            # What the relay adds: the order request's trace context (here a made-up sampled one) and creation time.
+            traceparent = f"00-{random.getrandbits(128):032x}-{random.getrandbits(64):016x}-01"
             app.send_task(
                 "credits.award_credits",
                 kwargs={"message": payload},
                 task_id=payload["transaction_id"],
                 queue=CREDITS_QUEUE,
                 producer=producer,
+                headers={"traceparent": traceparent, CREATED_AT_HEADER: created_at},
             )
     return len(deliveries)
 
 
-def workers_start(args: argparse.Namespace, log_dir: Path) -> list[subprocess.Popen]:
-    """Start the workers: one prefork worker with N processes, or N solo workers."""
+def workers_start(
+    args: argparse.Namespace, log_dir: Path, *, code_dir: Path | None = None, env: dict | None = None
+) -> list[subprocess.Popen]:
+    """Start the workers: one prefork worker with N processes, or N solo workers (from `code_dir`, with `env`)."""
     base = [sys.executable, "-m", "celery", "-A", "config", "worker", "-Q", CREDITS_QUEUE, "--loglevel", "WARNING"]
     base += ["--without-mingle", "--without-gossip", "--without-heartbeat"]
     if args.prefetch:
@@ -170,7 +188,8 @@ def workers_start(args: argparse.Namespace, log_dir: Path) -> list[subprocess.Po
             processes.append(
                 subprocess.Popen(
                     command,
-                    cwd=settings.BASE_DIR,
+                    cwd=code_dir or settings.BASE_DIR,
+                    env={**os.environ, **(env or {})},
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,
@@ -193,7 +212,10 @@ def workers_stop(processes: list[subprocess.Popen]) -> None:
 
 def cpu_seconds(pid: int) -> float:
     """Return the user + system CPU time a process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:  # the process has exited (another server on a shared machine)
+        return float("nan")
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -224,6 +246,50 @@ def bench_credits(order_range: tuple[int, int]):
 
 def main() -> int:
     args = parse_args()
+    if args.compare_tracing:
+        return compare_tracing(args)
+    return drain_once(args)["ok"]
+
+
+def compare_tracing(args: argparse.Namespace) -> int:
+    """Drain the same backlog with baseline / tracing off / tracing on workers, interleaved; print every run."""
+    sink = OtlpSink()
+    variants = {
+        "tracing off": {"env": {}},
+        "tracing on": {"env": sink.env()},
+        "tracing on, TRACING_SQL_SPANS=false": {"env": {**sink.env(), "TRACING_SQL_SPANS": "false"}},
+    }
+    if args.baseline_dir:
+        variants = {"baseline (today's code)": {"code_dir": Path(args.baseline_dir)}, **variants}
+    runs: dict[str, list[dict]] = {name: [] for name in variants}
+    failed = 0
+    try:
+        for round_number in range(1, args.compare_tracing + 1):
+            for name, options in variants.items():
+                print(f"--- round {round_number}: {name}", flush=True)
+                result = drain_once(args, **options)
+                runs[name].append(result)
+                failed |= result["ok"]
+    finally:
+        sink.close()
+    print()
+    print("| round | variant | awards/s | worker CPU ms/award (steady) |")
+    print("|---|---|---|---|")
+    for round_number in range(args.compare_tracing):
+        for name in variants:
+            result = runs[name][round_number]
+            print(f"| {round_number + 1} | {name} | {result['rate']:,.0f} | {result['cpu_ms']:.3f} |")
+    print()
+    for name, results in runs.items():
+        rates = sorted(r["rate"] for r in results)
+        cpu = sorted(r["cpu_ms"] for r in results)
+        print(f"{name}: median {rates[len(rates) // 2]:,.0f} awards/s, {cpu[len(cpu) // 2]:.3f} ms CPU/award")
+    print(f"spans exported to the sink: {sink.requests} OTLP requests, {sink.bytes:,} bytes")
+    return failed
+
+
+def drain_once(args: argparse.Namespace, *, code_dir: Path | None = None, env: dict | None = None) -> dict:
+    """Seed, publish and drain one backlog; print the report and return rate, CPU per award and ok (0 or 1)."""
     random.seed(20_000)
     bench_cleanup()
     print(f"seeding {args.messages} orders for {args.users} users ...", flush=True)
@@ -237,7 +303,7 @@ def main() -> int:
     log_dir = Path(tempfile.gettempdir())
     servers = server_pids()
     servers_cpu = {name: cpu_seconds(pid) for name, pid in servers.items()}
-    processes = workers_start(args, log_dir)
+    processes = workers_start(args, log_dir, code_dir=code_dir, env=env)
     started = time.monotonic()
     warm_cpu = None
     try:
@@ -311,7 +377,7 @@ def main() -> int:
     print("target >= 1000/s:   " + ("met" if rate >= 1000 else "NOT met"))
     if not args.keep:
         bench_cleanup()
-    return 0 if ok else 1
+    return {"rate": rate, "cpu_ms": steady_cpu * 1e3, "ok": 0 if ok else 1}
 
 
 if __name__ == "__main__":

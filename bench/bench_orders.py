@@ -7,10 +7,19 @@ DRF view (bench/floor.py), which bounds what any Django/DRF endpoint can reach o
 queries one request makes.
 
     .venv/bin/python bench/bench_orders.py [--seconds 15] [--workers 4] [--threads 2]
+
+Tracing overhead: ``--compare-tracing ROUNDS`` skips the ceiling and floor and runs the HTTP measure ROUNDS times for
+each of: today's code from another checkout (``--baseline-dir``, run with this venv; skipped without it), this code
+with tracing off (the packages installed, no OTEL_* set), and this code with tracing on (every trace sampled and
+exported over OTLP/HTTP to a sink in this process). The variants are interleaved within each round, so machine noise
+hits them alike; every run is printed, with gunicorn's CPU per order (master and workers, from /proc).
+
+    .venv/bin/python bench/bench_orders.py --compare-tracing 3 --baseline-dir /tmp/creditshop-main
 """
 
 import argparse
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -21,7 +30,16 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import outbox_backlog_discard, percentile, setup_django, start_gunicorn, stop  # noqa: E402
+from common import (  # noqa: E402
+    ROOT,
+    OtlpSink,
+    outbox_backlog_discard,
+    percentile,
+    process_tree_cpu_seconds,
+    setup_django,
+    start_gunicorn,
+    stop,
+)
 
 CLIENTS = 8
 PORT = 18080
@@ -114,6 +132,7 @@ def parse_wrk(output: str, seconds: float) -> dict:
     non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
     errors = re.search(r"Socket errors: (.*)", output)
     return {
+        "requests": int(re.search(r"(\d+) requests in", output).group(1)),
         "orders_per_s": float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1)),
         "p50_ms": latency_ms("50"),
         "p99_ms": latency_ms("99"),
@@ -122,12 +141,25 @@ def parse_wrk(output: str, seconds: float) -> dict:
     }
 
 
-def measure_http(token: str, seconds: float, workers: int, threads: int, *, floor: bool = False) -> dict:
-    """Drive POST /api/orders/ with wrk; with `floor`, bench/floor.py (an empty view) serves it, not the service."""
+def measure_http(
+    token: str,
+    seconds: float,
+    workers: int,
+    threads: int,
+    *,
+    floor: bool = False,
+    code_dir: Path = ROOT,
+    extra_env: dict | None = None,
+) -> dict:
+    """Drive POST /api/orders/ with wrk; with `floor`, bench/floor.py (an empty view) serves it, not the service.
+
+    Also returns gunicorn's CPU milliseconds per request over the measured run (`cpu_ms_per_order`).
+    """
     if not shutil.which("wrk"):
         sys.exit("wrk is needed for the HTTP half: apt-get install wrk")
     env = {"DJANGO_SETTINGS_MODULE": "floor", "PYTHONPATH": str(Path(__file__).resolve().parent)} if floor else {}
-    proc = start_gunicorn(PORT, workers=workers, threads=threads, **env)
+    env.update(extra_env or {})
+    proc = start_gunicorn(PORT, workers=workers, threads=threads, code_dir=code_dir, **env)
     try:
 
         def run_wrk(duration: float) -> str:
@@ -139,7 +171,10 @@ def measure_http(token: str, seconds: float, workers: int, threads: int, *, floo
             return subprocess.run(command, check=True, capture_output=True, text=True).stdout
 
         run_wrk(3)  # warm-up
-        return parse_wrk(run_wrk(seconds), seconds)
+        cpu_before = process_tree_cpu_seconds(proc.pid)
+        result = parse_wrk(run_wrk(seconds), seconds)
+        result["cpu_ms_per_order"] = (process_tree_cpu_seconds(proc.pid) - cpu_before) / result["requests"] * 1000
+        return result
     finally:
         stop(proc)
 
@@ -165,11 +200,47 @@ def count_request_queries(user) -> list[str]:
     return [q["sql"] for q in ctx.captured_queries]
 
 
+def compare_tracing(token: str, args: argparse.Namespace) -> None:
+    """Measure HTTP orders/s and gunicorn CPU per order for baseline / tracing off / tracing on, interleaved."""
+    sink = OtlpSink()
+    variants = {"tracing off": {"extra_env": {}}, "tracing on": {"extra_env": sink.env()}}
+    if args.baseline_dir:
+        variants = {"baseline (today's code)": {"code_dir": Path(args.baseline_dir)}, **variants}
+    runs: dict[str, list[dict]] = {name: [] for name in variants}
+    print("| round | variant | orders/s | gunicorn CPU ms/order | p50 ms | p99 ms | non-2xx |")
+    print("|---|---|---|---|---|---|---|")
+    try:
+        for round_number in range(1, args.compare_tracing + 1):
+            for name, options in variants.items():
+                result = measure_http(token, args.seconds, args.workers, args.threads, **options)
+                runs[name].append(result)
+                print(
+                    f"| {round_number} | {name} | {result['orders_per_s']:.0f} | {result['cpu_ms_per_order']:.3f} | "
+                    f"{result['p50_ms']:.2f} | {result['p99_ms']:.2f} | {result['non_2xx']} |",
+                    flush=True,
+                )
+    finally:
+        sink.close()
+        outbox_backlog_discard("bench_orders: no relay runs during the benchmark")
+    print()
+    print("| variant | median orders/s | median CPU ms/order |")
+    print("|---|---|---|")
+    for name, results in runs.items():
+        rates = sorted(r["orders_per_s"] for r in results)
+        cpu = sorted(r["cpu_ms_per_order"] for r in results)
+        print(f"| {name} | {percentile(rates, 50):.0f} | {percentile(cpu, 50):.3f} |")
+    print(f"spans exported to the sink: {sink.requests} OTLP requests, {sink.bytes:,} bytes")
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores shared with other work)")
+    print(json.dumps({name: results for name, results in runs.items()}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=15)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--compare-tracing", type=int, default=0, metavar="ROUNDS", help="tracing overhead only")
+    parser.add_argument("--baseline-dir", default=None, help="another checkout to measure as the baseline")
     args = parser.parse_args()
 
     setup_django()
@@ -178,6 +249,9 @@ def main() -> None:
 
     user, _ = get_user_model().objects.get_or_create(username="bench")
     token, _ = Token.objects.get_or_create(user=user)
+    if args.compare_tracing:
+        compare_tracing(token.key, args)
+        return
 
     queries = count_request_queries(user)
     print(f"queries per order request (with Idempotency-Key): {len(queries)}")

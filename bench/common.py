@@ -4,8 +4,10 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -46,8 +48,11 @@ def setup_django() -> None:
     call_command("migrate", verbosity=0)
 
 
-def start_gunicorn(port: int, *, workers: int, threads: int, **env: str) -> subprocess.Popen:
-    """Start `gunicorn config.wsgi` with keep-alive threads and wait until /healthz answers; `env` overrides."""
+def start_gunicorn(port: int, *, workers: int, threads: int, code_dir: Path = ROOT, **env: str) -> subprocess.Popen:
+    """Start `gunicorn config.wsgi` with keep-alive threads and wait until /healthz answers; `env` overrides.
+
+    `code_dir` runs another checkout of the service (e.g. main's, for a before/after comparison) with this venv.
+    """
     proc = subprocess.Popen(
         [
             str(ROOT / ".venv/bin/gunicorn"),
@@ -59,7 +64,7 @@ def start_gunicorn(port: int, *, workers: int, threads: int, **env: str) -> subp
             "--keep-alive=30",
             "--log-level=warning",
         ],
-        cwd=ROOT,
+        cwd=code_dir,
         env=bench_env(**env),
     )
     deadline = time.monotonic() + 30
@@ -103,3 +108,57 @@ def outbox_backlog_discard(reason: str) -> int:
     return TransactionLog.objects.filter(status=TransactionLog.Status.PENDING).update(
         status=TransactionLog.Status.DISCARDED, discarded_reason=reason, discarded_by="bench"
     )
+
+
+class OtlpSink:
+    """An OTLP/HTTP endpoint that accepts and drops every export, counting requests and bytes: tracing really exports.
+
+    Runs in the benchmark's own process, so its CPU is not charged to the service being measured.
+    """
+
+    def __init__(self):
+        self.requests = self.bytes = 0
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                self.rfile.read(length)
+                sink.requests += 1
+                sink.bytes += length
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def env(self) -> dict[str, str]:
+        """Return the standard OTEL_* variables that turn tracing on, every trace sampled, exported here."""
+        return {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{self.server.server_address[1]}",
+            "OTEL_TRACES_SAMPLER": "always_on",
+        }
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def process_tree_cpu_seconds(pid: int) -> float:
+    """Return the user + system CPU seconds of a process and all its live descendants."""
+    total = 0.0
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
+    except OSError:
+        return total
+    return total + sum(process_tree_cpu_seconds(int(child)) for child in children)

@@ -22,6 +22,10 @@ CREDITS_DEAD_EXCHANGE = "credits.dlx"
 # worker of its own, it can never stall the relay's wake-ups, sweeps and retention on `outbox`.
 ANALYTICS_QUEUE = "analytics"
 
+# A credits message header set by the relay: when its outbox row was written (Unix seconds), i.e. the order's commit
+# give or take the transaction's few milliseconds; the consumer measures the end-to-end latency from it.
+CREATED_AT_HEADER = "creditshop_created_at"
+
 dead_letter_exchange = Exchange(CREDITS_DEAD_EXCHANGE, type="direct", durable=True)
 
 app = Celery("creditshop")
@@ -120,3 +124,42 @@ def database_connections_close_after_failure(task=None, state=None, **kwargs) ->
     """Close the connections after a task that did not succeed: a failed query can leave one unusable unnoticed."""
     if state != states.SUCCESS and not getattr(task.request, "is_eager", False):
         connections.close_all()
+
+
+# --- tracing and log context (config/tracing.py, config/logs.py) -------------------------------------------------
+
+
+@signals.worker_process_init.connect
+def tracing_start_in_pool_process(**kwargs) -> None:
+    """Set up tracing where tasks run: each prefork pool process, or a solo worker's only process."""
+    from config.tracing import tracing_setup
+
+    tracing_setup(service_name="creditshop-worker", celery=True, sql=_sql_spans())
+
+
+@signals.worker_init.connect
+def tracing_start_in_threads_worker(sender=None, **kwargs) -> None:
+    """Set up tracing in a threads-pool worker, which runs tasks in its main process and sends no process init."""
+    from config.tracing import tracing_setup
+
+    if getattr(getattr(sender, "pool_cls", None), "__module__", "") == "celery.concurrency.thread":
+        tracing_setup(service_name="creditshop-worker", celery=True, sql=_sql_spans())
+
+
+def _sql_spans() -> bool:
+    # A span per statement triples the spans of an award; TRACING_SQL_SPANS=false trades them for CPU
+    # (docs/PERFORMANCE.md, "Tracing overhead").
+    from django.conf import settings
+
+    return settings.TRACING_SQL_SPANS
+
+
+@signals.after_setup_logger.connect
+@signals.after_setup_task_logger.connect
+def log_context_install(logger=None, **kwargs) -> None:
+    """Give the handlers Celery installs the trace and transaction fields, and the JSON format if LOG_FORMAT=json."""
+    from django.conf import settings
+
+    from config.logs import celery_logging_install
+
+    celery_logging_install(logger, json_format=settings.LOG_FORMAT == "json")

@@ -3,6 +3,7 @@
 from pathlib import Path
 
 from celery.schedules import crontab
+from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool, env_database, env_float, env_int, env_list, env_rate, env_str
 
@@ -251,11 +252,22 @@ if not DEBUG:
     SESSION_COOKIE_SECURE = True
     CSRF_COOKIE_SECURE = True
 
+# Logs: plain text, or one JSON object per line with LOG_FORMAT=json; either way every record carries trace_id,
+# span_id and transaction_id (config/logs.py). Tracing itself is configured by the OTEL_* variables (config/tracing.py).
+LOG_FORMAT = env_str("LOG_FORMAT", "plain").lower()
+# With tracing on, the workers and the relay add a span per SQL statement (the web never does: config/wsgi.py).
+TRACING_SQL_SPANS = env_bool("TRACING_SQL_SPANS", True)
+if LOG_FORMAT not in ("plain", "json"):
+    raise ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r} is not one of plain, json")
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "filters": {"trace_context": {"()": "config.logs.TraceContextFilter"}},
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "json": {"()": "config.logs.json_formatter"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["trace_context"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     # Request logs would carry the Authorization header on errors; django.request logs paths and status only.
     "loggers": {"django.db.backends": {"level": "WARNING"}},

@@ -8,7 +8,7 @@ builds per scrape, because the multiprocess collector reads only the files, neve
 
 import logging
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Histogram
 from prometheus_client.core import GaugeMetricFamily
 
 logger = logging.getLogger(__name__)
@@ -31,6 +31,13 @@ DEAD_LETTERED = Counter(
 OUTAGE_REQUEUES = Counter(
     "creditshop_credits_outage_requeues",
     "Credits messages put back on the queue, retries untouched, because the credits database could not be reached.",
+)
+# Order commit to credit, as the consumer sees it: from the outbox row's creation time (the relay's message header) to
+# the award's commit. Spans the relay's wake-up or poll, the broker, any retries and the award itself.
+ORDER_TO_CREDIT = Histogram(
+    "creditshop_order_to_credit_seconds",
+    "Seconds from an order's commit (its outbox row) to its credit's commit, measured by the credits consumer.",
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 1800.0),
 )
 
 OPEN_DEAD_LETTERS = "creditshop_credits_dead_letters_open"

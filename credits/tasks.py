@@ -10,13 +10,16 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
-from celery import Task, shared_task
+from celery import Task, shared_task, signals
 from celery.exceptions import Reject
 from django.db import DatabaseError, connections
 from django.utils import timezone
 
+from config import tracing
+from config.logs import transaction_bind, transaction_unbind
 from credits import metrics, retry, services
 from credits.errors import MalformedMessage
+from credits.headers import headers_to_carry, message_age_seconds
 from credits.messages import award_message_parse
 
 logger = logging.getLogger(__name__)
@@ -61,9 +64,13 @@ def _fail(task: Task, exc: Exception, payload: Any) -> NoReturn:
     if retry.retry_allowed(failure, retries=request.retries):
         delay = retry.retry_delay(request.retries)
         try:
-            retry_signal = task.retry(
-                exc=exc, countdown=delay, headers={FIRST_FAILED_HEADER: first_failed_at.isoformat()}, throw=False
-            )
+            with tracing.span("credits.retry", attributes={"credits.reason": failure.reason, "credits.delay_s": delay}):
+                retry_signal = task.retry(
+                    exc=exc,
+                    countdown=delay,
+                    headers={FIRST_FAILED_HEADER: first_failed_at.isoformat(), **headers_to_carry(request)},
+                    throw=False,
+                )
         except Reject as not_published:
             # Celery could not publish the retry and would reject the message unrecorded; dead-letter it here.
             error = f"{error}; the retry could not be published: {not_published.reason}"
@@ -86,17 +93,18 @@ def _fail(task: Task, exc: Exception, payload: Any) -> NoReturn:
         # The failed connection may be unusable; the record below opens a fresh one.
         connection.close()
     try:
-        _through_outage(
-            lambda: services.dead_letter_record(
-                message_id=str(request.id),
-                payload=payload,
-                reason=failure.reason,
-                error=error,
-                attempts=attempts,
-                first_failed_at=first_failed_at,
-                last_failed_at=now,
+        with tracing.span("credits.dead_letter", attributes={"credits.reason": failure.reason}):
+            _through_outage(
+                lambda: services.dead_letter_record(
+                    message_id=str(request.id),
+                    payload=payload,
+                    reason=failure.reason,
+                    error=error,
+                    attempts=attempts,
+                    first_failed_at=first_failed_at,
+                    last_failed_at=now,
+                )
             )
-        )
     except Exception as record_exc:
         record_failure = retry.failure_classify(record_exc)
         if record_failure.outage:
@@ -149,16 +157,31 @@ def award_credits(self: Task, *args: Any, **kwargs: Any) -> str:
         if not well_formed_call:
             raise MalformedMessage('expected keyword argument "message" only')
         message = award_message_parse(payload)
-        award = _through_outage(
-            lambda: services.credit_award(
-                transaction_id=message.transaction_id,
-                order_id=message.order_id,
-                user_id=message.user_id,
-                total=message.total,
+        with tracing.span("credits.award", attributes={"creditshop.order_id": message.order_id}):
+            award = _through_outage(
+                lambda: services.credit_award(
+                    transaction_id=message.transaction_id,
+                    order_id=message.order_id,
+                    user_id=message.user_id,
+                    total=message.total,
+                )
             )
-        )
     except Exception as exc:  # every failure goes through the one retry policy
         _fail(self, exc, payload)
     outcome = "awarded" if award.created else "duplicate"
     metrics.AWARDS.labels(outcome=outcome).inc()
+    if award.created and (age := message_age_seconds(self.request)) is not None:
+        metrics.ORDER_TO_CREDIT.observe(age)
     return outcome
+
+
+@signals.task_prerun.connect
+def _log_context_bind(task_id=None, task=None, **kwargs) -> None:
+    # The task id is the outbox transaction id: every record the award logs carries it.
+    if getattr(task, "name", None) == award_credits.name:
+        transaction_bind(str(task_id))
+
+
+@signals.task_postrun.connect
+def _log_context_unbind(**kwargs) -> None:
+    transaction_unbind()

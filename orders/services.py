@@ -10,6 +10,7 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from config.errors import ApplicationError
+from config.logs import transaction_bind
 from orders.models import IdempotencyKey, Order
 from outbox.ids import new_transaction_id
 from outbox.services import message_create
@@ -53,6 +54,7 @@ def order_create(
     """
     fingerprint = request_fingerprint(goods_name=goods_name, total=total)
     transaction_id = new_transaction_id()
+    transaction_bind(transaction_id)
     now = timezone.now()
     db_now = connection.ops.adapt_datetimefield_value(now)
     try:

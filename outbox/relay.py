@@ -35,7 +35,8 @@ from kombu import Queue
 from kombu.exceptions import OperationalError
 from kombu.serialization import dumps
 
-from config.celery import CREDITS_DEAD_QUEUE, CREDITS_QUEUE, app
+from config import tracing
+from config.celery import CREATED_AT_HEADER, CREDITS_DEAD_QUEUE, CREDITS_QUEUE, app
 from outbox import metrics
 from outbox.models import TransactionLog
 
@@ -55,6 +56,10 @@ class ClaimedMessage:
     id: str
     payload: dict
     attempts: int
+    # When the row was written (with its order), and the trace context of the request that wrote it.
+    created_at: datetime | None = None
+    traceparent: str = ""
+    tracestate: str = ""
 
 
 @dataclass(frozen=True)
@@ -128,7 +133,7 @@ def claim_due(*, limit: int, lease_seconds: float | None = None) -> Claim:
             TransactionLog.objects.select_for_update(skip_locked=True)
             .filter(status=PENDING, next_attempt_at__lte=now)
             .order_by("next_attempt_at", "id")
-            .values_list("id", "payload", "attempts")[:limit]
+            .values_list("id", "payload", "attempts", "created_at", "traceparent", "tracestate")[:limit]
         )
         if not rows:
             return Claim(messages=[], lease_until=lease_until)
@@ -149,7 +154,9 @@ def build_task_message(message: ClaimedMessage) -> amqp.Message:
     """Return the Celery protocol-2 task message for one outbox row, built by Celery itself.
 
     Equivalent to ``send_task("credits.award_credits", kwargs={"message": payload}, task_id=<transaction id>)``: the
-    transaction id is the task id, the correlation id and the AMQP message id.
+    transaction id is the task id, the correlation id and the AMQP message id. The headers also carry the row's
+    creation time (for the consumer's end-to-end latency) and the writing request's trace context, so the
+    consumer's spans continue that request's trace rather than the relay's.
     """
     kwargs = {"message": message.payload}
     headers, properties, body, _ = app.amqp.as_task_v2(
@@ -162,6 +169,12 @@ def build_task_message(message: ClaimedMessage) -> amqp.Message:
         kwargsrepr=repr(kwargs)[:_REPR_MAX],
         origin=_ORIGIN,
     )
+    if message.created_at is not None:
+        headers[CREATED_AT_HEADER] = message.created_at.timestamp()
+    if message.traceparent:
+        headers[tracing.TRACEPARENT] = message.traceparent
+        if message.tracestate:
+            headers[tracing.TRACESTATE] = message.tracestate
     content_type, content_encoding, data = dumps(body, serializer="json")
     return amqp.Message(
         data,
@@ -280,7 +293,21 @@ class Publisher:
         return self.wait(self.send(messages))
 
     def send(self, messages: Sequence[ClaimedMessage]) -> PendingBatch:
-        """Write every message to the channel (mandatory routing) without waiting for any confirm."""
+        """Write every message to the channel (mandatory routing) without waiting for any confirm.
+
+        The batch's span links to each message's trace: one batch carries many orders' traces, and none is its parent.
+        """
+        with tracing.span(
+            f"{self._queue().name} publish",
+            kind=tracing.SpanKind.PRODUCER,
+            attributes={"messaging.system": "rabbitmq", "messaging.batch.message_count": len(messages)},
+            linked_to=[(message.traceparent, message.tracestate) for message in messages]
+            if tracing.tracing_enabled()
+            else (),
+        ):
+            return self._send(messages)
+
+    def _send(self, messages: Sequence[ClaimedMessage]) -> PendingBatch:
         batch = PendingBatch()
         built = []
         for message in messages:
@@ -440,6 +467,7 @@ def mark_failed(claim: Claim, failures: dict[str, str]) -> tuple[int, int]:
             message.id,
             message.attempts + 1,
             failures[message.id],
+            extra={"transaction_id": message.id},
         )
     return retrying, died
 

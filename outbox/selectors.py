@@ -1,5 +1,6 @@
 """Reads of the outbox state: how far behind the relay is, and what needs a person."""
 
+from collections.abc import Iterable
 from datetime import datetime
 
 from django.utils import timezone
@@ -26,3 +27,13 @@ def outbox_lag_seconds(*, now: datetime | None = None) -> float:
 def outbox_dead_count() -> int:
     """Return how many messages were given up on and wait for a person."""
     return TransactionLog.objects.filter(status=TransactionLog.Status.DEAD).count()
+
+
+def message_trace_contexts(*, ids: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """Return the (traceparent, tracestate) each of these outbox rows was written with, by transaction id."""
+    return {
+        row_id: (traceparent, tracestate)
+        for row_id, traceparent, tracestate in TransactionLog.objects.filter(id__in=list(ids))
+        .exclude(traceparent="")
+        .values_list("id", "traceparent", "tracestate")
+    }

@@ -8,6 +8,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from config.errors import ApplicationError
+from config.tracing import current_trace_context
 from outbox import wakeup
 from outbox.models import TransactionLog
 
@@ -32,18 +33,34 @@ class DiscardReasonRequired(ApplicationError):
 # list follows outbox.models.TransactionLog; test_services reads the row back through the ORM.
 MESSAGE_INSERT = (
     "INSERT INTO transaction_log (id, business, foreign_key, payload, status, attempts, next_attempt_at, last_error,"
-    " created_at, discarded_reason, discarded_by) VALUES (%s, %s, %s, %s, %s, 0, %s, '', %s, '', '')"
+    " created_at, discarded_reason, discarded_by, traceparent, tracestate)"
+    " VALUES (%s, %s, %s, %s, %s, 0, %s, '', %s, '', '', %s, %s)"
 )
 
 
 def message_create(*, transaction_id: str, business: str, foreign_key: str, payload: dict) -> TransactionLog:
-    """Insert one outbox row in the current transaction and wake the relay once that transaction commits."""
+    """Insert one outbox row in the current transaction and wake the relay once that transaction commits.
+
+    The row keeps the current trace context (the order request's), which the relay sends along with the message.
+    """
     payload = {"schema_version": SCHEMA_VERSION, "transaction_id": transaction_id, **payload}
     now = timezone.now()
     db_now = connection.ops.adapt_datetimefield_value(now)
+    traceparent, tracestate = current_trace_context()
     with connection.cursor() as cursor:
         cursor.execute(
-            MESSAGE_INSERT, [transaction_id, business, foreign_key, json.dumps(payload), Status.PENDING, db_now, db_now]
+            MESSAGE_INSERT,
+            [
+                transaction_id,
+                business,
+                foreign_key,
+                json.dumps(payload),
+                Status.PENDING,
+                db_now,
+                db_now,
+                traceparent,
+                tracestate,
+            ],
         )
     transaction.on_commit(wake_relay, robust=True)
     message = TransactionLog(
@@ -54,6 +71,8 @@ def message_create(*, transaction_id: str, business: str, foreign_key: str, payl
         status=Status.PENDING,
         next_attempt_at=now,
         created_at=now,
+        traceparent=traceparent,
+        tracestate=tracestate,
     )
     message._state.adding, message._state.db = False, connection.alias  # as if read from the database
     return message

@@ -9,6 +9,7 @@ from django.utils import timezone
 from analytics import services
 from analytics.jobs import run_nightly
 from analytics.period import Period, parse_day
+from config.tracing import tracing_setup
 
 
 class Command(BaseCommand):
@@ -33,6 +34,7 @@ class Command(BaseCommand):
         days, repair = options["days"], options["repair"]
         if days < 1 or days > 366:
             raise CommandError("--days must be between 1 and 366")
+        tracing_setup(service_name="creditshop-analytics", sql=settings.TRACING_SQL_SPANS)
         period = Period.ending(options["date"] or timezone.now().date() - timedelta(days=1), days=days)
         try:
             with services.run_lock(period=period):

@@ -3,8 +3,10 @@
 import signal
 import threading
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from config.tracing import tracing_setup
 from outbox.relay import BrokerUnavailable, Publisher, drain, run_relay_loop
 
 
@@ -21,6 +23,7 @@ class Command(BaseCommand):
     def handle(self, *args, once: bool, batch_size: int | None, **options):
         if batch_size is not None and batch_size < 1:
             raise CommandError("--batch-size must be at least 1")
+        tracing_setup(service_name="creditshop-relay", sql=settings.TRACING_SQL_SPANS)
         if once:
             self._once(batch_size)
         else:

@@ -1,0 +1,65 @@
+"""When tracing is on, and the helpers a process without it runs on the hot paths."""
+
+import json
+import logging
+
+import pytest
+
+from config import tracing
+from config.logs import TraceContextFilter, json_formatter, transaction_bound
+
+
+@pytest.mark.parametrize(
+    ("environ", "requested"),
+    [
+        ({}, False),
+        ({"OTEL_SERVICE_NAME": "x", "OTEL_TRACES_SAMPLER": "always_on"}, False),
+        ({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, True),
+        ({"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces"}, True),
+        ({"OTEL_TRACES_EXPORTER": "console"}, True),
+        ({"OTEL_TRACES_EXPORTER": "none", "OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318"}, False),
+        ({"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "otlp"}, False),
+        ({"OTEL_SDK_DISABLED": "false", "OTEL_TRACES_EXPORTER": "otlp"}, True),
+    ],
+)
+def test_tracing_is_on_only_when_an_exporter_or_endpoint_is_configured(environ, requested):
+    assert tracing.tracing_requested(environ) is requested
+
+
+def test_without_tracing_nothing_is_carried_or_linked():
+    assert not tracing.tracing_enabled()
+    assert tracing.current_trace_context() == ("", "")
+    assert tracing.current_ids() == ("", "")
+    with tracing.span("anything", linked_to=[("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "")]) as s:
+        assert s is None
+
+
+def test_a_stored_traceparent_becomes_a_link_and_garbage_does_not():
+    links = tracing.links_to(
+        [("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "vendor=1"), ("", ""), ("not-a-traceparent", "")]
+    )
+
+    assert len(links) == 1
+    assert links[0].context.trace_id == 0x0AF7651916CD43DD8448EB211C80319C
+    assert links[0].context.is_remote
+
+
+def test_json_log_records_carry_trace_span_and_transaction_ids():
+    record = logging.LogRecord("creditshop", logging.WARNING, __file__, 1, "award failed for %s", ("x",), None)
+    with transaction_bound("f" * 32):
+        assert TraceContextFilter().filter(record)
+
+    line = json.loads(json_formatter().format(record))
+
+    assert line["message"] == "award failed for x"
+    assert line["level"] == "WARNING"
+    assert (line["trace_id"], line["span_id"], line["transaction_id"]) == ("", "", "f" * 32)
+
+
+def test_a_transaction_id_given_as_extra_wins_over_the_bound_one():
+    record = logging.LogRecord("creditshop", logging.ERROR, __file__, 1, "dead", (), None)
+    record.transaction_id = "e" * 32
+    with transaction_bound("f" * 32):
+        TraceContextFilter().filter(record)
+
+    assert record.transaction_id == "e" * 32
