@@ -19,7 +19,8 @@ CREDITS_QUEUE = "credits"
 CREDITS_DEAD_QUEUE = "credits.dead"
 CREDITS_DEAD_EXCHANGE = "credits.dlx"
 
-dead_letter_exchange = Exchange(CREDITS_DEAD_EXCHANGE, type="direct", durable=True)
+QUEUE_TYPE_CLASSIC = "classic"
+QUEUE_TYPE_QUORUM = "quorum"
 
 app = Celery("creditshop")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -47,20 +48,7 @@ app.conf.update(
     CELERY_DB_REUSE_MAX=10_000,
     task_default_queue=OUTBOX_QUEUE,
     task_create_missing_queues=False,
-    task_queues=(
-        Queue(OUTBOX_QUEUE, Exchange(OUTBOX_QUEUE, type="direct", durable=True), routing_key=OUTBOX_QUEUE),
-        # A rejected (not requeued) credits message is routed by the broker itself to credits.dead.
-        Queue(
-            CREDITS_QUEUE,
-            Exchange(CREDITS_QUEUE, type="direct", durable=True),
-            routing_key=CREDITS_QUEUE,
-            queue_arguments={
-                "x-dead-letter-exchange": CREDITS_DEAD_EXCHANGE,
-                "x-dead-letter-routing-key": CREDITS_DEAD_QUEUE,
-            },
-        ),
-        Queue(CREDITS_DEAD_QUEUE, dead_letter_exchange, routing_key=CREDITS_DEAD_QUEUE),
-    ),
+    # task_queues: set by queues_configure below, once the Django settings it depends on are loaded.
     task_routes={
         "outbox.*": {"queue": OUTBOX_QUEUE},
         "credits.*": {"queue": CREDITS_QUEUE},
@@ -69,6 +57,64 @@ app.conf.update(
     timezone="UTC",
     enable_utc=True,
 )
+
+
+def task_queues(*, queue_type: str, max_retries: int) -> tuple[Queue, ...]:
+    """Return the outbox, credits and credits.dead queues, declared as `queue_type` (CELERY_QUEUE_TYPE).
+
+    classic: one node, direct exchanges, and a retry's delay held by the worker (an ETA task in memory).
+    quorum: replicated on a majority of a cluster's nodes (Raft), so a publisher confirm means a majority has the
+    message. Their exchanges are topic exchanges because Celery's native delayed delivery, which holds a retry's
+    delay in the broker (celery_delayed_* queues, bound by the worker at start), skips direct exchanges.
+    Dead-lettering is at-least-once (the dead letter is confirmed by credits.dead before the original is dropped;
+    RabbitMQ requires overflow reject-publish for it), and the delivery limit agrees with CREDITS_MAX_RETRIES:
+    a message redelivered more than max_retries times (its workers died holding it) is dead-lettered by the consumer
+    with its DeadLetter row (credits/tasks.py), and by the broker itself, still never dropped, if even that delivery
+    kills its worker.
+    """
+    quorum = queue_type == QUEUE_TYPE_QUORUM
+    exchange_type = "topic" if quorum else "direct"
+    credits_arguments = {
+        "x-dead-letter-exchange": CREDITS_DEAD_EXCHANGE,
+        "x-dead-letter-routing-key": CREDITS_DEAD_QUEUE,
+    }
+    common_arguments = {}
+    if quorum:
+        common_arguments = {"x-queue-type": QUEUE_TYPE_QUORUM}
+        credits_arguments |= {
+            "x-dead-letter-strategy": "at-least-once",
+            "x-overflow": "reject-publish",
+            "x-delivery-limit": max_retries + 1,
+        }
+    return (
+        Queue(
+            OUTBOX_QUEUE,
+            Exchange(OUTBOX_QUEUE, type=exchange_type, durable=True),
+            routing_key=OUTBOX_QUEUE,
+            queue_arguments=common_arguments or None,
+        ),
+        # A rejected (not requeued) credits message is routed by the broker itself to credits.dead.
+        Queue(
+            CREDITS_QUEUE,
+            Exchange(CREDITS_QUEUE, type=exchange_type, durable=True),
+            routing_key=CREDITS_QUEUE,
+            queue_arguments=common_arguments | credits_arguments,
+        ),
+        Queue(
+            CREDITS_DEAD_QUEUE,
+            Exchange(CREDITS_DEAD_EXCHANGE, type="direct", durable=True),
+            routing_key=CREDITS_DEAD_QUEUE,
+            queue_arguments=common_arguments or None,
+        ),
+    )
+
+
+@app.on_after_configure.connect
+def queues_configure(sender: Celery, source, **kwargs) -> None:
+    """Declare the queues as CELERY_QUEUE_TYPE says, when Celery first reads its configuration."""
+    from django.conf import settings
+
+    source.task_queues = task_queues(queue_type=settings.CELERY_QUEUE_TYPE, max_retries=settings.CREDITS_MAX_RETRIES)
 
 
 app.autodiscover_tasks()

@@ -17,3 +17,9 @@ class OrderNotVisible(ApplicationError):
 
 class AwardMismatch(ApplicationError):
     status = 422
+
+
+class Redelivered(ApplicationError):
+    """Delivered more often than the retry limit allows and never acknowledged: its workers died holding it."""
+
+    status = 422

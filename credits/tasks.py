@@ -5,22 +5,32 @@ message is applied at least once; the UNIQUE order_id in the award service makes
 """
 
 import logging
+import math
 from datetime import datetime
 from typing import Any, NoReturn
 
 from celery import Task, shared_task
 from celery.exceptions import Reject
+from django.conf import settings
 from django.db import DatabaseError, connection
 from django.utils import timezone
 
+from config.celery import QUEUE_TYPE_QUORUM
 from credits import metrics, retry, services
-from credits.errors import MalformedMessage
+from credits.errors import MalformedMessage, Redelivered
 from credits.messages import award_message_parse
 
 logger = logging.getLogger(__name__)
 
 # Carried from one retry to the next, so the dead letter can say when the message first failed.
 FIRST_FAILED_HEADER = "credits_first_failed_at"
+# Set by quorum queues: how many times this message was delivered before and came back unacknowledged.
+DELIVERY_COUNT_HEADER = "x-delivery-count"
+
+
+def _redeliveries(request) -> int:
+    value = (request.headers or {}).get(DELIVERY_COUNT_HEADER) or getattr(request, DELIVERY_COUNT_HEADER, 0)
+    return value if isinstance(value, int) else 0
 
 
 def _first_failed_at(request) -> datetime | None:
@@ -41,6 +51,9 @@ def _fail(task: Task, exc: Exception, payload: Any) -> NoReturn:
     error = failure.error
     if retry.retry_allowed(failure, retries=request.retries):
         delay = retry.retry_delay(request.retries)
+        if settings.CELERY_QUEUE_TYPE == QUEUE_TYPE_QUORUM:
+            # Native delayed delivery counts whole seconds: it rounds a countdown down and refuses one under 1 s.
+            delay = max(1, math.ceil(delay))
         try:
             retry_signal = task.retry(
                 exc=exc, countdown=delay, headers={FIRST_FAILED_HEADER: first_failed_at.isoformat()}, throw=False
@@ -107,6 +120,8 @@ def award_credits(self: Task, *args: Any, **kwargs: Any) -> str:
     well_formed_call = not args and set(kwargs) == {"message"}
     payload = kwargs["message"] if well_formed_call else {"args": list(args), "kwargs": kwargs}
     try:
+        if (redeliveries := _redeliveries(self.request)) > retry.max_retries():
+            raise Redelivered(f"delivered {redeliveries + 1} times, never acknowledged (the worker died each time)")
         if not well_formed_call:
             raise MalformedMessage('expected keyword argument "message" only')
         message = award_message_parse(payload)

@@ -35,6 +35,7 @@ from kombu import Queue
 from kombu.exceptions import OperationalError
 from kombu.serialization import dumps
 
+from config.broker import connection_ensure
 from config.celery import CREDITS_DEAD_QUEUE, CREDITS_QUEUE, app
 from outbox import metrics
 from outbox.models import TransactionLog
@@ -249,7 +250,7 @@ class Publisher:
             },
         )
         try:
-            conn.ensure_connection(max_retries=0)
+            connection_ensure(conn)
             channel = conn.channel()
             for queue in self._queues_to_declare():
                 queue(channel).declare()
