@@ -6,7 +6,6 @@ from django.http import HttpRequest, JsonResponse
 from kombu import Connection
 
 from config.broker import connection_ensure
-
 from outbox.selectors import outbox_dead_count, outbox_lag_seconds
 
 BROKER_TIMEOUT_SECONDS = 2.0

@@ -10,6 +10,7 @@
 #   scripts/rabbitmq_cluster.sh stop-node DIR N    SIGTERM node N: a graceful stop (queue leadership is handed over)
 #   scripts/rabbitmq_cluster.sh pid DIR N          the Erlang VM's pid of node N
 #   scripts/rabbitmq_cluster.sh leader DIR QUEUE   the node leading a quorum queue
+#   scripts/rabbitmq_cluster.sh ctl DIR N ARGS...  rabbitmqctl ARGS against node N (e.g. list_queues name type leader)
 #
 # Each node has its own name (csN@localhost), AMQP port (BASE_PORT+N, default 5701..5703), Erlang distribution port
 # (DIST_BASE_PORT+N, 25701..25703), data, log and config under DIR/csN, no plugins (so no management listener
@@ -26,7 +27,7 @@ NODES=(1 2 3)
 RABBITMQ_BIN=${RABBITMQ_BIN:-/usr/lib/rabbitmq/bin}
 START_TIMEOUT=${RABBITMQ_CLUSTER_START_TIMEOUT:-120}
 
-usage() { sed -n '2,12p' "$0" >&2; exit 2; }
+usage() { sed -n '2,13p' "$0" >&2; exit 2; }
 
 node_name() { echo "cs$1@localhost"; }
 
@@ -95,7 +96,9 @@ start_node() {
 
 await_node() {
   local dir=$1 n=$2
-  if ! ctl "$dir" "$n" -q -t "$START_TIMEOUT" await_startup >/dev/null; then
+  # `wait PIDFILE` waits for the node to write its pid file, then for it to finish booting; await_startup alone
+  # gives up at once while the VM has not registered its name yet.
+  if ! ctl "$dir" "$n" -q -t "$START_TIMEOUT" wait "$dir/cs$n/pid" >/dev/null; then
     echo "cs$n did not start; see $dir/cs$n/log" >&2
     exit 1
   fi
@@ -133,10 +136,12 @@ case "$command" in
     for n in "${NODES[@]}"; do await_node "$dir" "$n"; done
     for n in "${NODES[@]:1}"; do
       in_cluster "$dir" "$n" && continue
-      ctl "$dir" "$n" -q stop_app
-      ctl "$dir" "$n" -q reset
-      ctl "$dir" "$n" -q join_cluster "$(node_name 1)"
-      ctl "$dir" "$n" -q start_app
+      {
+        ctl "$dir" "$n" -q stop_app
+        ctl "$dir" "$n" -q reset
+        ctl "$dir" "$n" -q join_cluster "$(node_name 1)"
+        ctl "$dir" "$n" -q start_app
+      } >>"$dir/cs$n/log/cli.log" 2>&1 || { echo "cs$n could not join; see $dir/cs$n/log/cli.log" >&2; exit 1; }
       echo "cs$n joined $(node_name 1)"
     done
     broker_url
@@ -156,6 +161,7 @@ case "$command" in
   kill-node) signal_node "$dir" "${3:?node number}" KILL ;;
   stop-node) signal_node "$dir" "${3:?node number}" TERM ;;
   pid) node_pid "$dir" "${3:?node number}" ;;
+  ctl) n=${3:?node number}; shift 3; ctl "$dir" "$n" "$@" ;;
   leader)
     for n in "${NODES[@]}"; do
       if node_pid "$dir" "$n" >/dev/null; then
