@@ -48,6 +48,7 @@ node_env() {
     RABBITMQ_MNESIA_BASE="$node_dir/mnesia" \
     RABBITMQ_LOG_BASE="$node_dir/log" \
     RABBITMQ_PID_FILE="$node_dir/pid" \
+    ERL_CRASH_DUMP="$node_dir/log/erl_crash.dump" \
     ERL_EPMD_ADDRESS=127.0.0.1 \
     RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS="'-kernel inet_dist_use_interface {127,0,0,1}'"
 }
@@ -92,13 +93,23 @@ start_node() {
   rm -f "$dir/cs$n/pid"
   eval env "$(node_env "$dir" "$n")" setsid "$RABBITMQ_BIN/rabbitmq-server" \
     '>>"$dir/cs$n/log/stdout.log"' '2>&1' '</dev/null' '&'
+  echo $! >"$dir/cs$n/launcher.pid"
 }
 
 await_node() {
   local dir=$1 n=$2
-  # `wait PIDFILE` waits for the node to write its pid file, then for it to finish booting; await_startup alone
-  # gives up at once while the VM has not registered its name yet.
-  if ! ctl "$dir" "$n" -q -t "$START_TIMEOUT" wait "$dir/cs$n/pid" >/dev/null; then
+  # await_startup gives up at once while the VM has not registered its name yet: wait for its pid file first, and
+  # stop waiting when the node died starting (a port or node name in use, say).
+  for _ in $(seq $((START_TIMEOUT * 2))); do
+    node_pid "$dir" "$n" >/dev/null && break
+    if ! kill -0 "$(cat "$dir/cs$n/launcher.pid")" 2>/dev/null; then
+      echo "cs$n exited while starting:" >&2
+      tail -n 3 "$dir/cs$n/log/stdout.log" >&2
+      exit 1
+    fi
+    sleep 0.5
+  done
+  if ! ctl "$dir" "$n" -q -t "$START_TIMEOUT" await_startup >/dev/null; then
     echo "cs$n did not start; see $dir/cs$n/log" >&2
     exit 1
   fi
