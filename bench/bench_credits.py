@@ -9,6 +9,8 @@ It writes N orders with their transaction_log rows (bulk, as seed data), publish
     python manage.py migrate
     DJANGO_DEBUG=false python bench/bench_credits.py --messages 20000 --processes 2 --pool solo
 
+With --cluster-broker-url URL it compares that quorum-queue cluster with the configured broker (bench/brokers.py).
+
 Exit status 1 when an order is credited twice or not at all, or a balance disagrees with its entries.
 """
 
@@ -34,6 +36,7 @@ from django.contrib.auth import get_user_model  # noqa: E402
 from django.db import connection  # noqa: E402
 from kombu import Connection  # noqa: E402
 
+from bench import brokers  # noqa: E402
 from config.celery import CREDITS_DEAD_QUEUE, CREDITS_QUEUE, app  # noqa: E402
 from credits.models import CreditBalance, DeadLetter, OrderCredit  # noqa: E402
 from orders.models import Order  # noqa: E402
@@ -62,6 +65,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=4, help="tasks in flight per worker process with --pool threads")
     parser.add_argument("--prefetch", type=int, default=None, help="worker --prefetch-multiplier (default: config)")
     parser.add_argument("--keep", action="store_true", help="keep the bench rows afterwards")
+    brokers.add_arguments(parser)
     return parser.parse_args()
 
 
@@ -220,6 +224,11 @@ def bench_credits(order_range: tuple[int, int]):
 
 def main() -> int:
     args = parse_args()
+    if args.cluster_broker_url:
+        figure = r"drain rate:\s+([\d,]+) awards/s"
+        return brokers.compare(
+            cluster_url=args.cluster_broker_url, repeat=args.compare_repeat, figure=figure, unit="awards/s"
+        )
     random.seed(20_000)
     bench_cleanup()
     print(f"seeding {args.messages} orders for {args.users} users ...", flush=True)

@@ -9,8 +9,14 @@ import threading
 import time
 
 from celery import Celery, bootsteps, signals, states
+from celery.worker.consumer import Consumer
+from celery.worker.consumer.delayed_delivery import DelayedDelivery
 from django.db import close_old_connections, connections
 from kombu import Exchange, Queue
+from kombu.transport.native_delayed_delivery import (
+    bind_queue_to_native_delayed_delivery_exchange,
+    declare_native_delayed_delivery_exchanges_and_queues,
+)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -46,6 +52,8 @@ app.conf.update(
     # new one for every task, about a millisecond of a two-millisecond credit award. The task_prerun/task_postrun
     # handlers below keep reuse safe. (Read by celery.fixups.django under this old-style name.)
     CELERY_DB_REUSE_MAX=10_000,
+    # Celery's consumer, but setting up native delayed delivery (quorum queues) once per cluster: see below.
+    worker_consumer="config.celery:ClusterConsumer",
     task_default_queue=OUTBOX_QUEUE,
     task_create_missing_queues=False,
     # task_queues: set by queues_configure below, once the Django settings it depends on are loaded.
@@ -134,6 +142,36 @@ class DeclareCreditsDeadLetterQueue(bootsteps.StartStopStep):
 
 
 app.steps["consumer"].add(DeclareCreditsDeadLetterQueue)
+
+
+class ClusterDelayedDelivery(DelayedDelivery):
+    """Celery's native delayed delivery set-up, done once through the node the consumer is connected to.
+
+    Celery's own step sets it up through every URL of CELERY_BROKER_URL in turn, retrying a node that is down for
+    about 20 s, and the worker consumes nothing meanwhile: after losing a cluster node, each reconnection stalled
+    there (tests/reliability/test_node_loss.py). A cluster shares its exchanges, queues and bindings, so one node
+    is enough, and it is the one the consumer just connected to.
+    """
+
+    def start(self, c: Consumer) -> None:
+        with c.app.connection_for_write(url=c.connection.as_uri(include_password=True)) as connection:
+            declare_native_delayed_delivery_exchanges_and_queues(
+                connection, c.app.conf.broker_native_delayed_delivery_queue_type
+            )
+            for queue in c.app.amqp.queues.values():
+                # Nothing is ever delayed to credits.dead, whose direct exchange Celery would only warn about.
+                if queue.name != CREDITS_DEAD_QUEUE:
+                    bind_queue_to_native_delayed_delivery_exchange(connection, queue)
+
+
+class ClusterConsumer(Consumer):
+    """Celery's consumer with ClusterDelayedDelivery in place of its own delayed delivery step."""
+
+    class Blueprint(Consumer.Blueprint):
+        default_steps = [
+            "config.celery:ClusterDelayedDelivery" if step.endswith(":DelayedDelivery") else step
+            for step in Consumer.Blueprint.default_steps
+        ]
 
 
 # How often a worker thread checks its database connections before a task. Checking before every task, as Django
