@@ -22,6 +22,7 @@ ROOT = Path(__file__).resolve().parent.parent
         ("ORDERS_RATE_LIMIT", "fast"),
         ("DATABASE_URL", "postgres://localhost/x"),
         ("OUTBOX_SWEEP_SECONDS", "-1"),
+        ("CELERY_QUEUE_TYPE", "mirrored"),
     ],
 )
 def test_bad_value_fails_start_up_naming_the_variable(name, value):

@@ -151,3 +151,14 @@ def test_a_real_celery_worker_runs_award_credits_from_the_relayed_message(make_r
 
     for r in received:
         assert r["message"] == TransactionLog.objects.get(id=r["task_id"]).payload
+
+
+def test_wakeups_fail_over_to_the_next_node_of_the_broker_url(user, monkeypatch, outbox_queue, settings):
+    failover_url = f"amqp://guest:guest@127.0.0.1:1//;{settings.CELERY_BROKER_URL}"
+    fresh = wakeup.RelayWaker(url=failover_url)
+    monkeypatch.setattr(wakeup, "waker", fresh)
+
+    order_create(user=user, goods_name="tea", total=1)
+
+    assert settle(fresh) == 1
+    assert len(outbox_queue.get_all()) == 1
