@@ -46,7 +46,7 @@ def dead_messages(broker_url: str) -> list[tuple[dict, dict]]:
 
 
 def delayed_messages(broker_url: str) -> int:
-    """Return how many messages wait in native delayed delivery's queues (passive declares: fast, unlike rabbitmqctl)."""
+    """Return how many messages wait in native delayed delivery's queues (passive declares: faster than rabbitmqctl)."""
     with Connection(broker_url) as conn:
         channel = conn.default_channel
         return sum(channel.queue_declare(level_name(level), passive=True).message_count for level in range(28))
