@@ -5,6 +5,11 @@ connections are killed in turn, then a Jepsen-style summary of what was attempte
 
 It uses its own database (BENCH_DATABASE_URL, default creditshop_bench) and the broker of CELERY_BROKER_URL, and
 stops RabbitMQ's app (rabbitmqctl stop_app / start_app) during the run: do not point it at a shared broker.
+
+With --rabbitmq-cluster DIR it starts the three-node cluster of scripts/rabbitmq_cluster.sh in DIR instead, runs
+on quorum queues, and the broker faults become node faults: SIGKILL of the node leading `credits` (restarted after
+a pause), and a graceful stop of the node leading it then (started again after a pause). It stops the cluster at
+the end.
 """
 
 import argparse
@@ -26,6 +31,7 @@ def main() -> int:
     parser.add_argument("--clients", type=int, default=6)
     parser.add_argument("--fault-every", type=float, default=15, help="seconds between faults")
     parser.add_argument("--drain-limit", type=float, default=60)
+    parser.add_argument("--rabbitmq-cluster", metavar="DIR", help="run on a three-node quorum-queue cluster in DIR")
     args = parser.parse_args()
 
     setup_django()
@@ -49,9 +55,19 @@ def main() -> int:
     users = [get_user_model().objects.create(username=f"soak-{run}-{i}") for i in range(args.clients)]
     tokens = [Token.objects.create(user=u).key for u in users]
     user_ids = [u.pk for u in users]
-    purge_queues()
+    broker_url, extra_env, rabbit = settings.CELERY_BROKER_URL, {}, None
+    if args.rabbitmq_cluster:
+        from config.celery import CREDITS_QUEUE, QUEUE_TYPE_QUORUM
+        from tests.rabbitmq_cluster import RabbitCluster
+
+        rabbit = RabbitCluster(Path(args.rabbitmq_cluster))
+        rabbit.start()
+        rabbit.queues_recreate(max_retries=settings.CREDITS_MAX_RETRIES)
+        broker_url, extra_env = rabbit.broker_url, {"CELERY_QUEUE_TYPE": QUEUE_TYPE_QUORUM}
+    else:
+        purge_queues()
     workdir = Path(tempfile.mkdtemp(prefix="creditshop-soak-"))
-    cluster = Cluster(database_url=BENCH_DATABASE_URL, broker_url=settings.CELERY_BROKER_URL, workdir=workdir)
+    cluster = Cluster(database_url=BENCH_DATABASE_URL, broker_url=broker_url, workdir=workdir, extra_env=extra_env)
 
     def kill_consumer():
         return f"SIGKILL {cluster.kill_pool_children('credits')} consumer pool processes"
@@ -71,7 +87,22 @@ def main() -> int:
     def kill_connections():
         return f"KILL {kill_database_connections(connection.settings_dict['NAME'])} database connections"
 
-    faults = itertools.cycle([kill_consumer, kill_relay, broker_outage, kill_connections])
+    def node_crash():
+        leader = rabbit.leader(CREDITS_QUEUE)
+        rabbit.kill_node(leader)
+        time.sleep(min(10, args.fault_every / 2))
+        rabbit.start_node(leader)
+        return "SIGKILL the node leading credits, restarted"
+
+    def node_stop():
+        leader = rabbit.leader(CREDITS_QUEUE)
+        rabbit.stop_node(leader)
+        time.sleep(min(10, args.fault_every / 2))
+        rabbit.start_node(leader)
+        return "graceful stop of the node leading credits, started again"
+
+    broker_faults = [node_crash, node_stop] if rabbit else [broker_outage]
+    faults = itertools.cycle([kill_consumer, kill_relay, *broker_faults, kill_connections])
     injected: list[str] = []
     ledger = Ledger()
     cluster.start()
@@ -97,6 +128,8 @@ def main() -> int:
     finally:
         stream.stop()
         cluster.stop()
+        if rabbit is not None:
+            rabbit.stop()
 
     print()
     print(f"faults injected:   {len(injected)}")
