@@ -192,8 +192,11 @@ def workers_stop(processes: list[subprocess.Popen]) -> None:
 
 
 def cpu_seconds(pid: int) -> float:
-    """Return the user + system CPU time a process has used so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    """Return the user + system CPU time a process has used so far (NaN once it has exited)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except FileNotFoundError:  # a short-lived process taken for a server (rabbitmqctl's VM is a beam.smp too)
+        return float("nan")
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 

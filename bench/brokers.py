@@ -43,6 +43,7 @@ def compare(*, cluster_url: str, repeat: int, figure: str, unit: str) -> int:
         "cluster": {"CELERY_BROKER_URL": cluster_url, "CELERY_QUEUE_TYPE": "quorum"},
     }
     results: dict[str, list[float]] = {side: [] for side in sides}
+    failed = 0
     for run in range(1, repeat + 1):
         for side, env in sides.items():
             proc = subprocess.run(
@@ -50,13 +51,17 @@ def compare(*, cluster_url: str, repeat: int, figure: str, unit: str) -> int:
             )
             match = re.search(figure, proc.stdout)
             if proc.returncode != 0 or not match:
-                print(proc.stdout[-3000:], proc.stderr[-3000:], sep="\n")
-                print(f"run {run} on {side} failed (exit {proc.returncode})")
-                return 1
+                # Reported, and left out of the medians: a shared machine fails a run now and then.
+                print(proc.stdout[-1500:], proc.stderr[-1500:], sep="\n")
+                print(f"run {run} {side:>8}: FAILED (exit {proc.returncode})", flush=True)
+                failed += 1
+                continue
             results[side].append(float(match.group(1).replace(",", "")))
             print(f"run {run} {side:>8}: {results[side][-1]:,.0f} {unit}  | {match.group(0).strip()}", flush=True)
-    ratios = [c / o for o, c in zip(results["one node"], results["cluster"], strict=True)]
     for side, values in results.items():
-        print(f"median {side:>8}: {statistics.median(values):,.0f} {unit} over {len(values)} runs")
-    print(f"cluster / one node: median per-pair ratio {statistics.median(ratios):.2f}")
-    return 0
+        if values:
+            print(f"median {side:>8}: {statistics.median(values):,.0f} {unit} over {len(values)} runs")
+    if results["one node"] and results["cluster"]:
+        ratio = statistics.median(results["cluster"]) / statistics.median(results["one node"])
+        print(f"cluster / one node: {ratio:.2f} (ratio of the medians)")
+    return 1 if failed else 0
