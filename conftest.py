@@ -1,4 +1,5 @@
-"""Fixtures shared by every app's tests: static files, users, API clients; both services' databases for each test."""
+"""Fixtures shared by every app's tests: static files, users, API clients, both services' databases for each test,
+and a three-node RabbitMQ cluster."""
 
 import uuid
 
@@ -81,3 +82,16 @@ def api(user) -> APIClient:
 @pytest.fixture
 def other_api(other_user) -> APIClient:
     return token_client(other_user)
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_cluster(tmp_path_factory):
+    """A three-node RabbitMQ cluster beside the system broker, started once (about a minute) for the session."""
+    from tests.rabbitmq_cluster import RabbitCluster
+
+    cluster = RabbitCluster(tmp_path_factory.mktemp("rabbitmq-cluster"))
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()

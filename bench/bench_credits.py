@@ -10,6 +10,8 @@ It writes N orders with their transaction_log rows (bulk, as seed data), publish
     python manage.py migrate && python manage.py migrate --database credits
     DJANGO_DEBUG=false python bench/bench_credits.py --messages 20000 --processes 2 --pool solo
 
+With --cluster-broker-url URL it compares that quorum-queue cluster with the configured broker (bench/brokers.py).
+
 Exit status 1 when an order is credited twice or not at all, or a balance disagrees with its entries.
 
 Tracing overhead: ``--compare-tracing ROUNDS`` drains the backlog ROUNDS times for each of: today's code from
@@ -45,6 +47,7 @@ from django.db import connections  # noqa: E402
 from django.db.models import Sum  # noqa: E402
 from kombu import Connection  # noqa: E402
 
+from bench import brokers  # noqa: E402
 from bench.common import OtlpSink  # noqa: E402
 from config.celery import CREATED_AT_HEADER, CREDITS_DEAD_QUEUE, CREDITS_QUEUE, app  # noqa: E402
 from credits.models import CreditBalance, DeadLetter, OrderCredit  # noqa: E402
@@ -76,6 +79,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--keep", action="store_true", help="keep the bench rows afterwards")
     parser.add_argument("--compare-tracing", type=int, default=0, metavar="ROUNDS", help="tracing overhead only")
     parser.add_argument("--baseline-dir", default=None, help="another checkout to measure as the baseline")
+    brokers.add_arguments(parser)
     return parser.parse_args()
 
 
@@ -211,10 +215,10 @@ def workers_stop(processes: list[subprocess.Popen]) -> None:
 
 
 def cpu_seconds(pid: int) -> float:
-    """Return the user + system CPU time a process has used so far."""
+    """Return the user + system CPU time a process has used so far (NaN once it has exited)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:  # the process has exited (another server on a shared machine)
+    except FileNotFoundError:  # a short-lived process taken for a server (rabbitmqctl's VM is a beam.smp too)
         return float("nan")
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -246,6 +250,11 @@ def bench_credits(order_range: tuple[int, int]):
 
 def main() -> int:
     args = parse_args()
+    if args.cluster_broker_url:
+        figure = r"drain rate:\s+([\d,]+) awards/s"
+        return brokers.compare(
+            cluster_url=args.cluster_broker_url, repeat=args.compare_repeat, figure=figure, unit="awards/s"
+        )
     if args.compare_tracing:
         return compare_tracing(args)
     return drain_once(args)["ok"]

@@ -11,6 +11,7 @@ Usage (it purges the credits and outbox queues of the vhost it is given, so it r
   DATABASE_URL=mysql://root:@127.0.0.1:3306/creditshop_relay \\
   CELERY_BROKER_URL=amqp://guest:guest@127.0.0.1:5672/relay \\
   python bench/bench_relay.py [--messages 20000] [--rate 100] [--seconds 20]
+With --cluster-broker-url URL it compares that quorum-queue cluster with the configured broker (bench/brokers.py).
 """
 
 import argparse
@@ -38,6 +39,7 @@ from django.db import connection  # noqa: E402
 from django.utils import timezone  # noqa: E402
 from kombu import Connection, Producer  # noqa: E402
 
+from bench import brokers  # noqa: E402
 from config.celery import CREDITS_QUEUE, OUTBOX_QUEUE, app  # noqa: E402
 from orders.services import order_create  # noqa: E402
 from outbox import wakeup  # noqa: E402
@@ -266,7 +268,15 @@ def main() -> None:
     parser.add_argument("--skip-latency", action="store_true")
     parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--pool", default="prefork", help="Celery pool of the outbox worker in the latency run")
+    brokers.add_arguments(parser)
     args = parser.parse_args()
+    if args.cluster_broker_url:
+        figure = r"median relay_outbox --once: (\d+) msg/s gross.*"
+        sys.exit(
+            brokers.compare(
+                cluster_url=args.cluster_broker_url, repeat=args.compare_repeat, figure=figure, unit="msg/s"
+            )
+        )
 
     refuse_shared_targets()
     call_command("migrate", verbosity=0)

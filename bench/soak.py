@@ -9,6 +9,11 @@ database lives on a private MariaDB server the soak starts for the run (tests/ma
 of its faults. The relay and the workers log in with users confined to their own service's tables
 (tests/database_users.py). It uses the broker of CELERY_BROKER_URL and stops RabbitMQ's app (rabbitmqctl stop_app /
 start_app) during the run: do not point it at a shared broker.
+
+With --rabbitmq-cluster DIR it starts the three-node cluster of scripts/rabbitmq_cluster.sh in DIR instead, runs
+on quorum queues, and the broker faults become node faults: SIGKILL of the node leading `credits` (restarted after
+a pause), and a graceful stop of the node leading it then (started again after a pause). It stops the cluster at
+the end.
 """
 
 import argparse
@@ -45,6 +50,7 @@ def main() -> int:
         default=",".join(FAULTS),
         help=f"comma-separated faults to cycle through, in order (default: all of {', '.join(FAULTS)})",
     )
+    parser.add_argument("--rabbitmq-cluster", metavar="DIR", help="run on a three-node quorum-queue cluster in DIR")
     args = parser.parse_args()
     if unknown := set(args.faults.split(",")) - set(FAULTS):
         parser.error(f"unknown faults: {', '.join(sorted(unknown))}")
@@ -62,6 +68,7 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
     credits_server.create_database(CREDITS_DATABASE)
     os.environ["CREDITS_DATABASE_URL"] = credits_server.url(CREDITS_DATABASE)
     setup_django()
+    from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.db import connection
@@ -87,12 +94,25 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
     users = [get_user_model().objects.create(username=f"soak-{run}-{i}") for i in range(args.clients)]
     tokens = [Token.objects.create(user=u).key for u in users]
     user_ids = [u.pk for u in users]
-    purge_queues()
+    broker_url, extra_env, rabbit = settings.CELERY_BROKER_URL, {}, None
+    if args.rabbitmq_cluster:
+        from config.celery import CREDITS_QUEUE, QUEUE_TYPE_QUORUM
+        from tests.rabbitmq_cluster import RabbitCluster
+
+        rabbit = RabbitCluster(Path(args.rabbitmq_cluster))
+        rabbit.start()
+        rabbit.queues_recreate(max_retries=settings.CREDITS_MAX_RETRIES)
+        broker_url, extra_env = rabbit.broker_url, {"CELERY_QUEUE_TYPE": QUEUE_TYPE_QUORUM}
+    else:
+        purge_queues()
     workdir = Path(tempfile.mkdtemp(prefix="creditshop-soak-"))
     process_users = ProcessUsers()
     process_users.create()
     cluster = Cluster(
-        service_env=service_env(), workdir=workdir, port=free_port(), process_env=process_users.cluster_env()
+        service_env=service_env(CELERY_BROKER_URL=broker_url, **extra_env),
+        workdir=workdir,
+        port=free_port(),
+        process_env=process_users.cluster_env(),
     )
 
     def kill_consumer():
@@ -127,10 +147,29 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
         credits_outages.append((down_at, back_at, caught_up_in))
         return f"SIGKILL the credits database's server, restarted after {args.credits_outage:.0f} s"
 
+    def node_crash():
+        leader = rabbit.leader(CREDITS_QUEUE)
+        rabbit.kill_node(leader)
+        time.sleep(min(10, args.fault_every / 2))
+        rabbit.start_node(leader)
+        return "SIGKILL the node leading credits, restarted"
+
+    def node_stop():
+        leader = rabbit.leader(CREDITS_QUEUE)
+        rabbit.stop_node(leader)
+        time.sleep(min(10, args.fault_every / 2))
+        rabbit.start_node(leader)
+        return "graceful stop of the node leading credits, started again"
+
+    # On a RabbitMQ cluster the broker fault is a node fault: a crash, then a graceful stop, in turn.
+    broker_faults = [node_crash, node_stop] if rabbit else [broker_outage]
     by_name = dict(
-        zip(FAULTS, [kill_consumer, kill_relay, broker_outage, kill_connections, credits_database_outage], strict=True)
+        zip(FAULTS, [kill_consumer, kill_relay, None, kill_connections, credits_database_outage], strict=True)
     )
-    faults = itertools.cycle([by_name[name] for name in args.faults.split(",")])
+    schedule = []
+    for name in args.faults.split(","):
+        schedule.extend(broker_faults if name == "broker" else [by_name[name]])
+    faults = itertools.cycle(schedule)
     injected: list[str] = []
     ledger = Ledger()
     cluster.start()
@@ -157,6 +196,8 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
         stream.stop()
         cluster.stop()
         process_users.drop()
+        if rabbit is not None:
+            rabbit.stop()
 
     print()
     print(f"faults injected:   {len(injected)}")

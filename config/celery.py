@@ -9,8 +9,14 @@ import threading
 import time
 
 from celery import Celery, bootsteps, signals, states
+from celery.worker.consumer import Consumer
+from celery.worker.consumer.delayed_delivery import DelayedDelivery
 from django.db import close_old_connections, connections
 from kombu import Exchange, Queue
+from kombu.transport.native_delayed_delivery import (
+    bind_queue_to_native_delayed_delivery_exchange,
+    declare_native_delayed_delivery_exchanges_and_queues,
+)
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -26,7 +32,8 @@ ANALYTICS_QUEUE = "analytics"
 # give or take the transaction's few milliseconds; the consumer measures the end-to-end latency from it.
 CREATED_AT_HEADER = "creditshop_created_at"
 
-dead_letter_exchange = Exchange(CREDITS_DEAD_EXCHANGE, type="direct", durable=True)
+QUEUE_TYPE_CLASSIC = "classic"
+QUEUE_TYPE_QUORUM = "quorum"
 
 app = Celery("creditshop")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -52,23 +59,11 @@ app.conf.update(
     # new one for every task, about a millisecond of a two-millisecond credit award. The task_prerun/task_postrun
     # handlers below keep reuse safe. (Read by celery.fixups.django under this old-style name.)
     CELERY_DB_REUSE_MAX=10_000,
+    # Celery's consumer, but setting up native delayed delivery (quorum queues) once per cluster: see below.
+    worker_consumer="config.celery:ClusterConsumer",
     task_default_queue=OUTBOX_QUEUE,
     task_create_missing_queues=False,
-    task_queues=(
-        Queue(OUTBOX_QUEUE, Exchange(OUTBOX_QUEUE, type="direct", durable=True), routing_key=OUTBOX_QUEUE),
-        # A rejected (not requeued) credits message is routed by the broker itself to credits.dead.
-        Queue(
-            CREDITS_QUEUE,
-            Exchange(CREDITS_QUEUE, type="direct", durable=True),
-            routing_key=CREDITS_QUEUE,
-            queue_arguments={
-                "x-dead-letter-exchange": CREDITS_DEAD_EXCHANGE,
-                "x-dead-letter-routing-key": CREDITS_DEAD_QUEUE,
-            },
-        ),
-        Queue(CREDITS_DEAD_QUEUE, dead_letter_exchange, routing_key=CREDITS_DEAD_QUEUE),
-        Queue(ANALYTICS_QUEUE, Exchange(ANALYTICS_QUEUE, type="direct", durable=True), routing_key=ANALYTICS_QUEUE),
-    ),
+    # task_queues: set by queues_configure below, once the Django settings it depends on are loaded.
     task_routes={
         "outbox.*": {"queue": OUTBOX_QUEUE},
         # The order service's housekeeping (idempotency key retention) runs beside the outbox's retention.
@@ -79,6 +74,70 @@ app.conf.update(
     timezone="UTC",
     enable_utc=True,
 )
+
+
+def task_queues(*, queue_type: str, max_retries: int) -> tuple[Queue, ...]:
+    """Return the outbox, credits, credits.dead and analytics queues, declared as `queue_type` (CELERY_QUEUE_TYPE).
+
+    classic: one node, direct exchanges, and a retry's delay held by the worker (an ETA task in memory).
+    quorum: replicated on a majority of a cluster's nodes (Raft), so a publisher confirm means a majority has the
+    message. Their exchanges are topic exchanges because Celery's native delayed delivery, which holds a retry's
+    delay in the broker (celery_delayed_* queues, bound by the worker at start), skips direct exchanges.
+    Dead-lettering is at-least-once (the dead letter is confirmed by credits.dead before the original is dropped;
+    RabbitMQ requires overflow reject-publish for it), and the delivery limit agrees with CREDITS_MAX_RETRIES:
+    a message redelivered more than max_retries times (its workers died holding it) is dead-lettered by the consumer
+    with its DeadLetter row (credits/tasks.py), and by the broker itself, still never dropped, if even that delivery
+    kills its worker.
+    """
+    quorum = queue_type == QUEUE_TYPE_QUORUM
+    exchange_type = "topic" if quorum else "direct"
+    credits_arguments = {
+        "x-dead-letter-exchange": CREDITS_DEAD_EXCHANGE,
+        "x-dead-letter-routing-key": CREDITS_DEAD_QUEUE,
+    }
+    common_arguments = {}
+    if quorum:
+        common_arguments = {"x-queue-type": QUEUE_TYPE_QUORUM}
+        credits_arguments |= {
+            "x-dead-letter-strategy": "at-least-once",
+            "x-overflow": "reject-publish",
+            "x-delivery-limit": max_retries + 1,
+        }
+    return (
+        Queue(
+            OUTBOX_QUEUE,
+            Exchange(OUTBOX_QUEUE, type=exchange_type, durable=True),
+            routing_key=OUTBOX_QUEUE,
+            queue_arguments=common_arguments or None,
+        ),
+        # A rejected (not requeued) credits message is routed by the broker itself to credits.dead.
+        Queue(
+            CREDITS_QUEUE,
+            Exchange(CREDITS_QUEUE, type=exchange_type, durable=True),
+            routing_key=CREDITS_QUEUE,
+            queue_arguments=common_arguments | credits_arguments,
+        ),
+        Queue(
+            CREDITS_DEAD_QUEUE,
+            Exchange(CREDITS_DEAD_EXCHANGE, type="direct", durable=True),
+            routing_key=CREDITS_DEAD_QUEUE,
+            queue_arguments=common_arguments or None,
+        ),
+        Queue(
+            ANALYTICS_QUEUE,
+            Exchange(ANALYTICS_QUEUE, type=exchange_type, durable=True),
+            routing_key=ANALYTICS_QUEUE,
+            queue_arguments=common_arguments or None,
+        ),
+    )
+
+
+@app.on_after_configure.connect
+def queues_configure(sender: Celery, source, **kwargs) -> None:
+    """Declare the queues as CELERY_QUEUE_TYPE says, when Celery first reads its configuration."""
+    from django.conf import settings
+
+    source.task_queues = task_queues(queue_type=settings.CELERY_QUEUE_TYPE, max_retries=settings.CREDITS_MAX_RETRIES)
 
 
 app.autodiscover_tasks()
@@ -98,6 +157,36 @@ class DeclareCreditsDeadLetterQueue(bootsteps.StartStopStep):
 
 
 app.steps["consumer"].add(DeclareCreditsDeadLetterQueue)
+
+
+class ClusterDelayedDelivery(DelayedDelivery):
+    """Celery's native delayed delivery set-up, done once through the node the consumer is connected to.
+
+    Celery's own step sets it up through every URL of CELERY_BROKER_URL in turn, retrying a node that is down for
+    about 20 s, and the worker consumes nothing meanwhile: after losing a cluster node, each reconnection stalled
+    there (tests/reliability/test_node_loss.py). A cluster shares its exchanges, queues and bindings, so one node
+    is enough, and it is the one the consumer just connected to.
+    """
+
+    def start(self, c: Consumer) -> None:
+        with c.app.connection_for_write(url=c.connection.as_uri(include_password=True)) as connection:
+            declare_native_delayed_delivery_exchanges_and_queues(
+                connection, c.app.conf.broker_native_delayed_delivery_queue_type
+            )
+            for queue in c.app.amqp.queues.values():
+                # Nothing is ever delayed to credits.dead, whose direct exchange Celery would only warn about.
+                if queue.name != CREDITS_DEAD_QUEUE:
+                    bind_queue_to_native_delayed_delivery_exchange(connection, queue)
+
+
+class ClusterConsumer(Consumer):
+    """Celery's consumer with ClusterDelayedDelivery in place of its own delayed delivery step."""
+
+    class Blueprint(Consumer.Blueprint):
+        default_steps = [
+            "config.celery:ClusterDelayedDelivery" if step.endswith(":DelayedDelivery") else step
+            for step in Consumer.Blueprint.default_steps
+        ]
 
 
 # How often a worker thread checks its database connections before a task. Checking before every task, as Django

@@ -9,6 +9,7 @@ from django.db import connections
 from django.http import HttpRequest, JsonResponse
 from kombu import Connection
 
+from config.broker import connection_ensure
 from outbox.selectors import outbox_dead_count, outbox_lag_seconds
 
 BROKER_TIMEOUT_SECONDS = 2.0
@@ -26,7 +27,8 @@ def check_database(alias: str = "default") -> str | None:
 def check_broker() -> str | None:
     try:
         with Connection(settings.CELERY_BROKER_URL, connect_timeout=BROKER_TIMEOUT_SECONDS) as conn:
-            conn.ensure_connection(max_retries=1, timeout=BROKER_TIMEOUT_SECONDS)
+            # Any one node of a cluster answering is enough: clients fail over to it.
+            connection_ensure(conn, timeout=BROKER_TIMEOUT_SECONDS)
     except Exception as exc:  # kombu raises transport-specific errors
         return f"{type(exc).__name__}: {exc}"
     return None

@@ -5,7 +5,7 @@ from pathlib import Path
 from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_database, env_float, env_int, env_list, env_rate, env_str
+from config.env import env_bool, env_choice, env_database, env_float, env_int, env_list, env_rate, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -174,6 +174,9 @@ CACHES = {
 
 # Celery: broker, queues and delivery guarantees are explained in config/celery.py.
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
+# classic: one broker node (the default: a queue's type cannot change in place, so existing brokers keep working);
+# quorum: replicated on a RabbitMQ cluster, with delayed retries in the broker. Read by config.celery.task_queues.
+CELERY_QUEUE_TYPE = env_choice("CELERY_QUEUE_TYPE", "classic", ("classic", "quorum"))
 
 # Outbox relay.
 OUTBOX_MAX_ATTEMPTS = env_int("OUTBOX_MAX_ATTEMPTS", 10, minimum=1)

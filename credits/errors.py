@@ -9,3 +9,9 @@ class MalformedMessage(ApplicationError):
 
 class UnsupportedSchemaVersion(ApplicationError):
     status = 422
+
+
+class Redelivered(ApplicationError):
+    """Delivered more often than the retry limit allows and never acknowledged: its workers died holding it."""
+
+    status = 422

@@ -12,6 +12,8 @@ It follows the design the service comes from (reconsume up to 3 times, then the 
   d = min(CREDITS_RETRY_MAX_SECONDS, CREDITS_RETRY_BASE_SECONDS * 2**n). Half of each delay is fixed, so delays
   grow from one retry to the next; the random half spreads a burst of failures so they do not retry in lockstep.
 - Limit: CREDITS_MAX_RETRIES retries after the first attempt; after the last, the message is dead-lettered.
+  The same limit bounds redeliveries (a message a worker died holding, counted by quorum queues): one redelivered
+  more often is dead-lettered without being tried (credits/tasks.py), as a permanent, unexpected failure.
 """
 
 import random
@@ -22,7 +24,7 @@ from django.conf import settings
 from django.db import Error as DatabaseError
 from django.db import InterfaceError
 
-from credits.errors import MalformedMessage, UnsupportedSchemaVersion
+from credits.errors import MalformedMessage, Redelivered, UnsupportedSchemaVersion
 from credits.models import DeadLetter
 
 Reason = DeadLetter.Reason
@@ -53,6 +55,8 @@ OUTAGE_POLL_MAX_SECONDS = 1.0
 _PERMANENT = {
     MalformedMessage: Reason.MALFORMED,
     UnsupportedSchemaVersion: Reason.UNSUPPORTED_SCHEMA,
+    # Trying it again could kill another worker; an operator replays it after a look.
+    Redelivered: Reason.UNEXPECTED,
 }
 
 
@@ -92,9 +96,14 @@ def failure_classify(exc: BaseException) -> Failure:
     return Failure(reason=Reason.UNEXPECTED, transient=True, error=error)
 
 
+def max_retries() -> int:
+    """Return how many more tries a message gets after its first, by retry or by redelivery (CREDITS_MAX_RETRIES)."""
+    return settings.CREDITS_MAX_RETRIES
+
+
 def retry_allowed(failure: Failure, *, retries: int) -> bool:
     """Return whether a message that failed this way, after this many retries, gets another try."""
-    return failure.transient and retries < settings.CREDITS_MAX_RETRIES
+    return failure.transient and retries < max_retries()
 
 
 def retry_delay(retries: int) -> float:

@@ -5,27 +5,41 @@ message is applied at least once; the UNIQUE order_id in the award service makes
 """
 
 import logging
+import math
 import time
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any, NoReturn, TypeVar
 
 from celery import Task, shared_task, signals
-from celery.exceptions import Reject
+from celery.exceptions import Reject, Retry
+from django.conf import settings
 from django.db import DatabaseError, connections
 from django.utils import timezone
 
 from config import tracing
+from config.celery import QUEUE_TYPE_QUORUM
 from config.logs import transaction_bind, transaction_unbind
 from credits import metrics, retry, services
-from credits.errors import MalformedMessage
+from credits.errors import MalformedMessage, Redelivered
 from credits.headers import headers_to_carry, message_age_seconds
 from credits.messages import award_message_parse
 
 logger = logging.getLogger(__name__)
 
+# On a quorum queue, how long a message put back during an outage waits before it is delivered again (whole seconds:
+# native delayed delivery).
+OUTAGE_REPUBLISH_SECONDS = 1
 # Carried from one retry to the next, so the dead letter can say when the message first failed.
 FIRST_FAILED_HEADER = "credits_first_failed_at"
+# Set by quorum queues: how many times this message was delivered before and came back unacknowledged.
+DELIVERY_COUNT_HEADER = "x-delivery-count"
+
+
+def _redeliveries(request) -> int:
+    value = (request.headers or {}).get(DELIVERY_COUNT_HEADER) or getattr(request, DELIVERY_COUNT_HEADER, 0)
+    return value if isinstance(value, int) else 0
+
 
 T = TypeVar("T")
 
@@ -63,6 +77,9 @@ def _fail(task: Task, exc: Exception, payload: Any) -> NoReturn:
     error = failure.error
     if retry.retry_allowed(failure, retries=request.retries):
         delay = retry.retry_delay(request.retries)
+        if settings.CELERY_QUEUE_TYPE == QUEUE_TYPE_QUORUM:
+            # Native delayed delivery counts whole seconds: it rounds a countdown down and refuses one under 1 s.
+            delay = max(1, math.ceil(delay))
         try:
             with tracing.span("credits.retry", attributes={"credits.reason": failure.reason, "credits.delay_s": delay}):
                 retry_signal = task.retry(
@@ -127,15 +144,34 @@ def _fail(task: Task, exc: Exception, payload: Any) -> NoReturn:
 
 
 def _requeue_during_outage(task: Task, failure: retry.Failure, exc: Exception) -> NoReturn:
-    """Put the message back on the queue as it was: the database being down is not the message's fault."""
+    """Put the message back on the queue as it was: the database being down is not the message's fault.
+
+    A classic queue takes it back as it is (reject with requeue). A quorum queue would count that as a delivery,
+    toward its delivery limit and the redelivery check above; there the message is published again, its retries and
+    headers unchanged, a second later (native delayed delivery), and the delivery in hand is acknowledged.
+    """
     metrics.OUTAGE_REQUEUES.inc()
+    request = task.request
     logger.warning(
         "credits message %s put back on the queue: the credits database has not answered for %.0fs (%s)",
-        task.request.id,
+        request.id,
         retry.OUTAGE_WAIT_SECONDS,
         failure.error,
     )
-    raise Reject(failure.error, requeue=True) from exc
+    if settings.CELERY_QUEUE_TYPE != QUEUE_TYPE_QUORUM or request.is_eager:
+        raise Reject(failure.error, requeue=True) from exc
+    headers = headers_to_carry(request)
+    if (first_failed_at := _first_failed_at(request)) is not None:
+        headers[FIRST_FAILED_HEADER] = first_failed_at.isoformat()
+    again = task.signature_from_request(
+        request, countdown=OUTAGE_REPUBLISH_SECONDS, retries=request.retries, headers=headers
+    )
+    try:
+        again.apply_async()
+    except Exception as publish_exc:  # the broker copy stays unacknowledged, so the queue keeps it
+        raise Reject(f"{failure.error}; republishing failed: {publish_exc}", requeue=True) from exc
+    # Acknowledges the delivery in hand, as a retry does; `again` carries the message on.
+    raise Retry(exc=exc, when=OUTAGE_REPUBLISH_SECONDS, sig=again)
 
 
 @shared_task(
@@ -154,6 +190,8 @@ def award_credits(self: Task, *args: Any, **kwargs: Any) -> str:
     well_formed_call = not args and set(kwargs) == {"message"}
     payload = kwargs["message"] if well_formed_call else {"args": list(args), "kwargs": kwargs}
     try:
+        if (redeliveries := _redeliveries(self.request)) > retry.max_retries():
+            raise Redelivered(f"delivered {redeliveries + 1} times, never acknowledged (the worker died each time)")
         if not well_formed_call:
             raise MalformedMessage('expected keyword argument "message" only')
         message = award_message_parse(payload)

@@ -36,6 +36,7 @@ from kombu.exceptions import OperationalError
 from kombu.serialization import dumps
 
 from config import tracing
+from config.broker import connection_ensure
 from config.celery import CREATED_AT_HEADER, CREDITS_DEAD_QUEUE, CREDITS_QUEUE, app
 from outbox import metrics
 from outbox.models import TransactionLog
@@ -262,7 +263,7 @@ class Publisher:
             },
         )
         try:
-            conn.ensure_connection(max_retries=0)
+            connection_ensure(conn)
             channel = conn.channel()
             for queue in self._queues_to_declare():
                 queue(channel).declare()

@@ -19,6 +19,7 @@ from datetime import UTC, datetime, timedelta
 from django.conf import settings
 from kombu import Producer
 
+from config.broker import connection_ensure
 from config.celery import OUTBOX_QUEUE, app
 from outbox.relay import BROKER_ERRORS, OutageLog, close_connection
 
@@ -113,7 +114,7 @@ class RelayWaker:
                 url=self.url, connect_timeout=self.connect_timeout, heartbeat=0, transport_options=timeouts
             )
             try:
-                conn.ensure_connection(max_retries=0)
+                connection_ensure(conn)
                 producer = Producer(conn.default_channel)
                 # Messages published below go straight to the exchange; make sure it and its queue exist.
                 producer.maybe_declare(app.amqp.queues[OUTBOX_QUEUE])

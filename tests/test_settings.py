@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
         ("OUTBOX_SWEEP_SECONDS", "-1"),
         ("IDEMPOTENCY_KEY_RETENTION_HOURS", "a day"),
         ("IDEMPOTENCY_KEY_RETENTION_HOURS", "0"),
+        ("CELERY_QUEUE_TYPE", "mirrored"),
     ],
 )
 def test_bad_value_fails_start_up_naming_the_variable(name, value):

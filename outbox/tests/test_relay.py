@@ -227,3 +227,17 @@ def test_marks_change_nothing_once_the_row_left_the_claim(make_rows, credits_que
     assert mark_published(claim, ids) == 0
     assert mark_failed(claim, dict.fromkeys(ids, "boom")) == (0, 0)
     assert {(row.status, row.attempts) for row in TransactionLog.objects.all()} == {(Status.PENDING, 0)}
+
+
+def test_the_relay_fails_over_to_the_next_node_of_the_broker_url(make_rows, credits_queue, settings):
+    # Two nodes that refuse connections, then the real broker: kombu alone would keep retrying the first.
+    failover_url = f"amqp://guest:guest@127.0.0.1:1//;amqp://guest:guest@127.0.0.1:2//;{settings.CELERY_BROKER_URL}"
+    publisher = Publisher(url=failover_url)
+    ids = make_rows(5)
+    try:
+        outcome = relay_batch(publisher, batch_size=10)
+    finally:
+        publisher.close()
+
+    assert (outcome.claimed, outcome.published, outcome.failed) == (5, 5, 0)
+    assert sorted(m.properties["message_id"] for m in credits_queue.get_all()) == ids

@@ -164,3 +164,14 @@ def test_retry_now_wakes_the_relay_once_committed_and_not_for_nothing(make_rows,
         assert waker.sent == 0  # not before the rows are due for everyone to see
     assert settle(waker) == 1
     assert [m.properties["application_headers"]["task"] for m in outbox_queue.get_all()] == ["outbox.relay"]
+
+
+def test_wakeups_fail_over_to_the_next_node_of_the_broker_url(user, monkeypatch, outbox_queue, settings):
+    failover_url = f"amqp://guest:guest@127.0.0.1:1//;{settings.CELERY_BROKER_URL}"
+    fresh = wakeup.RelayWaker(url=failover_url)
+    monkeypatch.setattr(wakeup, "waker", fresh)
+
+    order_create(user=user, goods_name="tea", total=1)
+
+    assert settle(fresh) == 1
+    assert len(outbox_queue.get_all()) == 1

@@ -1,0 +1,153 @@
+"""CELERY_QUEUE_TYPE=quorum on the three-node cluster: retries held by the broker, a retry limit the broker agrees
+with, and dead letters that reach credits.dead with their DeadLetter row. Real workers, real cluster, real MariaDB.
+"""
+
+import json
+
+import pytest
+from kombu import Connection
+from kombu.transport.native_delayed_delivery import level_name
+
+from config.celery import CREDITS_DEAD_QUEUE, CREDITS_QUEUE, OUTBOX_QUEUE, QUEUE_TYPE_QUORUM, task_queues
+from credits.models import DeadLetter, OrderCredit
+from credits.tests.support import DatabaseFaults, Worker, place_order, wait_until
+from outbox.relay import ClaimedMessage, Publisher
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+MAX_RETRIES = 2
+
+
+def credits_queue():
+    return next(
+        q for q in task_queues(queue_type=QUEUE_TYPE_QUORUM, max_retries=MAX_RETRIES) if q.name == CREDITS_QUEUE
+    )
+
+
+def publish(broker_url: str, payload: dict) -> None:
+    """Publish one credits message the way the relay does, and require the broker's confirm."""
+    publisher = Publisher(url=broker_url, queue=credits_queue())
+    try:
+        result = publisher.publish([ClaimedMessage(id=payload["transaction_id"], payload=payload, attempts=0)])
+    finally:
+        publisher.close()
+    assert result.confirmed == [payload["transaction_id"]], result.failed
+
+
+def dead_messages(broker_url: str) -> list[tuple[dict, dict]]:
+    """Remove and return every (headers, kwargs) in credits.dead."""
+    taken = []
+    with Connection(broker_url) as conn:
+        channel = conn.default_channel
+        while (message := channel.basic_get(CREDITS_DEAD_QUEUE, no_ack=True)) is not None:
+            _args, kwargs, _embed = json.loads(message.body)
+            taken.append((message.headers, kwargs))
+    return taken
+
+
+def delayed_messages(broker_url: str) -> int:
+    """Return how many messages wait in native delayed delivery's queues (passive declares: faster than rabbitmqctl)."""
+    with Connection(broker_url) as conn:
+        channel = conn.default_channel
+        return sum(channel.queue_declare(level_name(level), passive=True).message_count for level in range(28))
+
+
+@pytest.fixture
+def quorum(rabbitmq_cluster, transactional_db, tmp_path):
+    """The cluster with freshly declared quorum queues, a way to start credits workers on it, and database faults."""
+    rabbitmq_cluster.ensure_running()
+    rabbitmq_cluster.queues_recreate(max_retries=MAX_RETRIES)
+    faults = DatabaseFaults()
+    faults.install()
+    workers: list[Worker] = []
+
+    def start_worker(**env: str) -> Worker:
+        env = {
+            "CELERY_BROKER_URL": rabbitmq_cluster.broker_url,
+            "CELERY_QUEUE_TYPE": QUEUE_TYPE_QUORUM,
+            "CREDITS_MAX_RETRIES": str(MAX_RETRIES),
+            "CREDITS_RETRY_BASE_SECONDS": "1",
+            **env,
+        }
+        worker = Worker(f"quorum-{len(workers)}", tmp_path, concurrency=2, env=env)
+        workers.append(worker)
+        return worker.start(timeout=120)
+
+    yield rabbitmq_cluster, start_worker, faults
+    for worker in workers:
+        worker.stop()
+    faults.remove()
+
+
+def test_the_queues_are_quorum_queues_replicated_on_every_node(quorum):
+    cluster, start_worker, _faults = quorum
+    start_worker()  # declares its queues again: the same arguments, or it would not start
+    types = cluster.queue_types()
+    assert {types[name] for name in (OUTBOX_QUEUE, CREDITS_QUEUE, CREDITS_DEAD_QUEUE)} == {"quorum"}
+    # Native delayed delivery's levels, declared by the worker, are quorum queues too.
+    assert types["celery_delayed_0"] == types["celery_delayed_27"] == "quorum"
+    members = cluster.ctl(1, "-q", "list_queues", "name", "members", "--no-table-headers")
+    credits_line = next(line for line in members.splitlines() if line.split()[0] == CREDITS_QUEUE)
+    assert all(f"cs{n}@localhost" in credits_line for n in (1, 2, 3))
+
+
+def test_a_retry_waits_in_the_broker_not_in_the_worker(quorum, user):
+    cluster, start_worker, faults = quorum
+    worker = start_worker(CREDITS_RETRY_BASE_SECONDS="16")  # the first retry waits 8 to 16 s
+    order_id, payload = place_order(user=user, total=5)
+    faults.set(order_id, refuse=1)
+    publish(cluster.broker_url, payload)
+    wait_until(lambda: worker.count(r"retry 1 in") == 1, timeout=30, what="the first attempt to fail")
+    # The retry sits in a celery_delayed_* queue: the broker holds it, not the worker (an ETA task on classic queues).
+    assert delayed_messages(cluster.broker_url) == 1
+    wait_until(lambda: OrderCredit.objects.filter(order_id=order_id).exists(), timeout=30, what="the award")
+    assert OrderCredit.objects.get(order_id=order_id).total == 10
+    assert not DeadLetter.objects.exists()
+
+
+def test_a_message_failing_every_time_ends_in_credits_dead_with_its_dead_letter_row(quorum, user):
+    cluster, start_worker, faults = quorum
+    start_worker()
+    order_id, payload = place_order(user=user, total=2)
+    faults.set(order_id, refuse=100)
+    publish(cluster.broker_url, payload)
+    dead = wait_until(lambda: DeadLetter.objects.first(), timeout=60, what="the dead letter row")
+    assert dead.attempts == MAX_RETRIES + 1
+    assert dead.reason == DeadLetter.Reason.DEADLOCK
+    messages = wait_until(lambda: dead_messages(cluster.broker_url), timeout=10, what="the message in credits.dead")
+    assert [kwargs["message"]["order_id"] for _headers, kwargs in messages] == [order_id]
+    assert not OrderCredit.objects.filter(order_id=order_id).exists()
+
+
+def requeue(broker_url: str, times: int) -> None:
+    """Take the credits message and hand it back unacknowledged, as a worker dying with it in hand would."""
+    with Connection(broker_url) as conn:
+        channel = conn.default_channel
+        for _ in range(times):
+            message = wait_until(lambda: channel.basic_get(CREDITS_QUEUE), timeout=10, what="the credits message")
+            channel.basic_reject(message.delivery_tag, requeue=True)
+
+
+def test_a_message_redelivered_past_the_retry_limit_is_dead_lettered_with_its_row_untried(quorum, user):
+    cluster, start_worker, _faults = quorum
+    order_id, payload = place_order(user=user, total=2)
+    publish(cluster.broker_url, payload)
+    requeue(cluster.broker_url, MAX_RETRIES + 1)
+    start_worker()
+    dead = wait_until(lambda: DeadLetter.objects.first(), timeout=60, what="the dead letter row")
+    assert dead.reason == DeadLetter.Reason.UNEXPECTED
+    assert f"delivered {MAX_RETRIES + 2} times" in dead.error
+    messages = wait_until(lambda: dead_messages(cluster.broker_url), timeout=10, what="the message in credits.dead")
+    assert [kwargs["message"]["order_id"] for _headers, kwargs in messages] == [order_id]
+    assert not OrderCredit.objects.filter(order_id=order_id).exists()
+
+
+def test_the_broker_dead_letters_a_message_redelivered_once_more_and_drops_nothing(quorum, user):
+    cluster, _start_worker, _faults = quorum
+    order_id, payload = place_order(user=user, total=2)
+    publish(cluster.broker_url, payload)
+    requeue(cluster.broker_url, MAX_RETRIES + 2)
+    messages = wait_until(lambda: dead_messages(cluster.broker_url), timeout=10, what="the message in credits.dead")
+    [(headers, kwargs)] = messages
+    assert headers["x-first-death-reason"] == "delivery_limit"
+    assert kwargs["message"]["order_id"] == order_id

@@ -1,0 +1,89 @@
+"""A three-node RabbitMQ cluster for the tests and the soak, driven through scripts/rabbitmq_cluster.sh (the recipe)."""
+
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from kombu import Connection
+
+from config.celery import CREDITS_DEAD_QUEUE, CREDITS_QUEUE, OUTBOX_QUEUE, QUEUE_TYPE_QUORUM, task_queues
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "rabbitmq_cluster.sh"
+NODES = (1, 2, 3)
+
+
+@dataclass
+class RabbitCluster:
+    """Nodes cs1..cs3 with their data under `directory`; each started, killed and stopped by pid by the script."""
+
+    directory: Path
+
+    def run(self, *args: str, timeout: float = 300) -> str:
+        result = subprocess.run(
+            [str(SCRIPT), args[0], str(self.directory), *args[1:]],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"rabbitmq_cluster.sh {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+        return result.stdout
+
+    def start(self) -> None:
+        self.run("start")
+
+    def stop(self) -> None:
+        self.run("stop")
+
+    @property
+    def broker_url(self) -> str:
+        """The failover URL naming every node, as CELERY_BROKER_URL takes it."""
+        return self.run("broker-url").strip()
+
+    def node_url(self, node: int) -> str:
+        return self.broker_url.split(";")[node - 1]
+
+    def start_node(self, node: int) -> None:
+        self.run("start-node", str(node))
+
+    def kill_node(self, node: int) -> None:
+        self.run("kill-node", str(node))
+
+    def stop_node(self, node: int) -> None:
+        self.run("stop-node", str(node))
+
+    def running(self, node: int) -> bool:
+        return subprocess.run([str(SCRIPT), "pid", str(self.directory), str(node)], capture_output=True).returncode == 0
+
+    def ensure_running(self) -> None:
+        """Start any node a test left stopped."""
+        for node in NODES:
+            if not self.running(node):
+                self.start_node(node)
+
+    def leader(self, queue: str) -> int:
+        """Return the number of the node leading a quorum queue."""
+        name = self.run("leader", queue).strip()
+        return int(name.removeprefix("cs").split("@")[0])
+
+    def ctl(self, node: int, *args: str) -> str:
+        return self.run("ctl", str(node), *args)
+
+    def queue_messages(self, node: int = 1) -> dict[str, int]:
+        """Return every queue's message count (ready and unacknowledged)."""
+        lines = self.ctl(node, "-q", "list_queues", "name", "messages", "--no-table-headers").splitlines()
+        return {name: int(count) for name, count in (line.split() for line in lines if line.strip())}
+
+    def queue_types(self, node: int = 1) -> dict[str, str]:
+        lines = self.ctl(node, "-q", "list_queues", "name", "type", "--no-table-headers").splitlines()
+        return dict(line.split() for line in lines if line.strip())
+
+    def queues_recreate(self, *, max_retries: int) -> None:
+        """Delete the service's queues and declare them again as quorum queues with this retry limit."""
+        with Connection(self.broker_url) as conn:
+            channel = conn.default_channel
+            for name in (OUTBOX_QUEUE, CREDITS_QUEUE, CREDITS_DEAD_QUEUE):
+                channel.queue_delete(name)
+            for queue in task_queues(queue_type=QUEUE_TYPE_QUORUM, max_retries=max_retries):
+                queue(channel).declare()
