@@ -290,12 +290,18 @@ def main() -> None:
         "--skip-seed", action="store_true", help="measure the data already there (seeded with --seed-only)"
     )
     parser.add_argument("--skip-full", action="store_true", help="measure the one-day run only, not --days days")
+    parser.add_argument(
+        "--end",
+        type=date.fromisoformat,
+        default=None,
+        help="last seeded day (default: yesterday; pass the seed's with --skip-seed after midnight)",
+    )
     args = parser.parse_args()
     if args.skip_seed and args.scale:
         raise SystemExit("--skip-seed measures one size: pass --scale 0 and the --orders that were seeded")
     if not args.reset and not args.skip_seed:
         raise SystemExit("this bench empties the orders, outbox, credits and analytics tables: pass --reset")
-    end = date.today() - timedelta(days=1)
+    end = args.end or date.today() - timedelta(days=1)
     if args.seed_only:
         reset()
         print(f"seeded: {seed(args.orders, args.days, end)}")

@@ -13,7 +13,8 @@ from analytics.seed import plant_inconsistencies, seed_demo_data
 class Command(BaseCommand):
     help = (
         "Load N orders spread over D days ending on --end (default: yesterday, UTC), each with its published "
-        "transaction_log row and its credit. Run it against a database no one else is writing orders to."
+        "transaction_log row (in the orders database, DATABASE_URL) and its credit (in the credits database, "
+        "CREDITS_DATABASE_URL). Run it against databases no one else is writing orders or credits to."
     )
 
     def add_arguments(self, parser):
