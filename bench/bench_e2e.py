@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import BENCH_DATABASE_URL, outbox_backlog_discard, percentile, setup_django  # noqa: E402
+from common import BENCH_DATABASE_URL, bench_env, outbox_backlog_discard, percentile, setup_django  # noqa: E402
 
 POLLER = """
 import os, time, django
@@ -34,9 +34,10 @@ while True:
 
 def run(*, rate: float, seconds: float, polling: bool) -> dict:
     from django.contrib.auth import get_user_model
-    from django.db import connection
     from rest_framework.authtoken.models import Token
 
+    from credits.models import OrderCredit
+    from orders.models import Order
     from tests.processes import service_env
     from tests.reliability.conftest import purge_queues
     from tests.reliability.harness import Cluster, Ledger, OrderStream, wait_for_credits
@@ -52,7 +53,9 @@ def run(*, rate: float, seconds: float, polling: bool) -> dict:
         def commands(self) -> dict[str, list[str]]:
             return {**super().commands(), "poller": [sys.executable, "-c", POLLER]}
 
-    cluster = E2ECluster(service_env=service_env(), workdir=Path(tempfile.mkdtemp(prefix="creditshop-e2e-")))
+    cluster = E2ECluster(
+        service_env=service_env(**bench_env()), workdir=Path(tempfile.mkdtemp(prefix="creditshop-e2e-"))
+    )
     names = ["web", "credits", "poller"] if polling else ["web", "credits", "outbox", "beat", "relay"]
     ledger = Ledger()
     try:
@@ -65,14 +68,10 @@ def run(*, rate: float, seconds: float, polling: bool) -> dict:
         result, _ = wait_for_credits(ledger, [u.pk for u in users], timeout=60)
     finally:
         cluster.stop()
-    placeholders = ",".join(["%s"] * len(users))
-    sql = (
-        "SELECT TIMESTAMPDIFF(MICROSECOND, o.created_at, c.created_at) FROM orders o"  # noqa: S608 (placeholders only)
-        f" JOIN order_credits c ON c.order_id = o.id WHERE o.user_id IN ({placeholders})"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [u.pk for u in users])
-        latencies = sorted(row[0] / 1000 for row in cursor.fetchall())
+    # Two databases: each side's commit time read from its own, paired here (both written by one host's clock).
+    ordered_at = dict(Order.objects.filter(user_id__in=[u.pk for u in users]).values_list("id", "created_at"))
+    credited_at = OrderCredit.objects.filter(order_id__in=list(ordered_at)).values_list("order_id", "created_at")
+    latencies = sorted((at - ordered_at[order_id]).total_seconds() * 1000 for order_id, at in credited_at)
     return {
         "orders": result.stored,
         "credited": result.credited,

@@ -12,13 +12,18 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 BENCH_DATABASE_URL = os.environ.get("BENCH_DATABASE_URL", "mysql://root:@127.0.0.1:3306/creditshop_bench")
+# The credits service's own database, as in production a separate one (its URL may name another server).
+BENCH_CREDITS_DATABASE_URL = os.environ.get(
+    "BENCH_CREDITS_DATABASE_URL", "mysql://root:@127.0.0.1:3306/creditshop_bench_credits"
+)
 
 
 def bench_env(**extra: str) -> dict:
-    """Return the environment for benchmark processes: the bench database, production-like settings."""
+    """Return the environment for benchmark processes: the bench databases, production-like settings."""
     env = dict(os.environ)
     env.update(
         DATABASE_URL=BENCH_DATABASE_URL,
+        CREDITS_DATABASE_URL=BENCH_CREDITS_DATABASE_URL,
         DJANGO_SETTINGS_MODULE="config.settings",
         DJANGO_DEBUG="false",
         DJANGO_SECURE_SSL_REDIRECT="false",
@@ -31,21 +36,25 @@ def bench_env(**extra: str) -> dict:
 
 
 def setup_django() -> None:
-    """Point this process at the bench database, create it, migrate it and set Django up."""
+    """Point this process at the bench databases, create them, migrate each under its alias and set Django up."""
     os.environ.update(bench_env())
     sys.path.insert(0, str(ROOT))
     import MySQLdb
 
-    name = BENCH_DATABASE_URL.rsplit("/", 1)[1]
-    conn = MySQLdb.connect(host="127.0.0.1", user="root", password="")
-    conn.cursor().execute(f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
-    conn.close()
+    for url in (BENCH_DATABASE_URL, BENCH_CREDITS_DATABASE_URL):
+        name = url.rsplit("/", 1)[1]
+        conn = MySQLdb.connect(host="127.0.0.1", user="root", password="")
+        conn.cursor().execute(
+            f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
+        )
+        conn.close()
     import django
 
     django.setup()
     from django.core.management import call_command
 
     call_command("migrate", verbosity=0)
+    call_command("migrate", database="credits", verbosity=0)
 
 
 def start_gunicorn(port: int, *, workers: int, threads: int, code_dir: Path = ROOT, **env: str) -> subprocess.Popen:
