@@ -5,11 +5,9 @@ import time
 
 import pexpect
 import pytest
-from django.conf import settings
-from django.db import connection
 
-from tests.processes import free_port
-from tests.reliability.harness import ROOT, database_url
+from tests.processes import free_port, service_env
+from tests.reliability.harness import ROOT
 
 pytestmark = pytest.mark.slow
 
@@ -24,15 +22,12 @@ def running(pgid: int) -> bool:
 
 def test_ctrl_c_stops_everything_and_a_killed_runs_leftovers_are_stopped(transactional_db, tmp_path):
     run_dir = tmp_path / "run"
-    env = {
-        **os.environ,
-        "DATABASE_URL": database_url(connection.settings_dict),
-        "CELERY_BROKER_URL": settings.CELERY_BROKER_URL,
-        "REPORTS_DIR": str(tmp_path / "reports"),
-        "DEMO_PORT": str(free_port()),
-        "DEMO_RUN_DIR": str(run_dir),
-        "DEMO_ORDERS": "5",
-    }
+    env = service_env(
+        REPORTS_DIR=str(tmp_path / "reports"),
+        DEMO_PORT=str(free_port()),
+        DEMO_RUN_DIR=str(run_dir),
+        DEMO_ORDERS="5",
+    )
 
     first = pexpect.spawn("scripts/demo.sh", cwd=ROOT, env=env, encoding="utf-8", timeout=240)
     first.expect("Placing demo orders")

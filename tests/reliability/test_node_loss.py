@@ -7,13 +7,14 @@ import time
 
 import pytest
 from django.conf import settings
-from django.db import connection
+from django.db import connections
 from kombu import Connection, Exchange, Queue
 from rest_framework.authtoken.models import Token
 
 from config.celery import CREDITS_QUEUE, QUEUE_TYPE_QUORUM
 from credits.models import OrderCredit
-from tests.reliability.harness import Cluster, Ledger, OrderStream, database_url, wait_for_credits
+from tests.processes import free_port, service_env
+from tests.reliability.harness import Cluster, Ledger, OrderStream, wait_for_credits
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -40,7 +41,7 @@ def canary_publish(node_url: str) -> None:
 
 
 def credits_awarded(user_ids: list[int]) -> int:
-    connection.close()  # a fresh snapshot each time
+    connections["credits"].close()  # a fresh snapshot each time
     return OrderCredit.objects.filter(user_id__in=user_ids).count()
 
 
@@ -55,11 +56,9 @@ def services(rabbitmq_cluster, transactional_db, tmp_path):
     rabbitmq_cluster.ensure_running()
     rabbitmq_cluster.queues_recreate(max_retries=settings.CREDITS_MAX_RETRIES)
     services = Cluster(
-        database_url=database_url(connection.settings_dict),
-        broker_url=rabbitmq_cluster.broker_url,
+        service_env=service_env(CELERY_BROKER_URL=rabbitmq_cluster.broker_url, CELERY_QUEUE_TYPE=QUEUE_TYPE_QUORUM),
         workdir=tmp_path,
-        port=18915,
-        extra_env={"CELERY_QUEUE_TYPE": QUEUE_TYPE_QUORUM},
+        port=free_port(),
     )
     try:
         yield services
