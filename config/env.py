@@ -45,8 +45,8 @@ def env_int(name: str, default: int, *, minimum: int | None = None, maximum: int
     return value
 
 
-def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
-    """Return the variable as a float no smaller than minimum."""
+def env_float(name: str, default: float, *, minimum: float = 0.0, maximum: float | None = None) -> float:
+    """Return the variable as a float within [minimum, maximum]."""
     raw = os.environ.get(name, "").strip()
     if not raw:
         return default
@@ -56,14 +56,8 @@ def env_float(name: str, default: float, *, minimum: float = 0.0) -> float:
         raise ImproperlyConfigured(f"{name}={raw!r} is not a number") from None
     if value < minimum:
         raise ImproperlyConfigured(f"{name}={value} is below {minimum}")
-    return value
-
-
-def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
-    """Return the variable as one of the given words (case-insensitive)."""
-    value = env_str(name, default).lower()
-    if value not in choices:
-        raise ImproperlyConfigured(f"{name}={value!r} is not one of {list(choices)}")
+    if maximum is not None and value > maximum:
+        raise ImproperlyConfigured(f"{name}={value} is above {maximum}")
     return value
 
 

@@ -46,9 +46,6 @@ CONNECTION_ERRORS = frozenset(
     }
 )
 
-# How long one delivery waits for an unreachable credits database before going back to the queue. Under the broker
-# heartbeat (Celery's default 120 s), which a solo worker does not send while a task runs.
-OUTAGE_WAIT_SECONDS = 30.0
 # The longest pause between two connection attempts while waiting.
 OUTAGE_POLL_MAX_SECONDS = 1.0
 
@@ -99,6 +96,11 @@ def failure_classify(exc: BaseException) -> Failure:
 def max_retries() -> int:
     """Return how many more tries a message gets after its first, by retry or by redelivery (CREDITS_MAX_RETRIES)."""
     return settings.CREDITS_MAX_RETRIES
+
+
+def outage_wait_seconds() -> float:
+    """Return how long one delivery waits for an unreachable credits database (CREDITS_OUTAGE_WAIT_SECONDS)."""
+    return settings.CREDITS_OUTAGE_WAIT_SECONDS
 
 
 def retry_allowed(failure: Failure, *, retries: int) -> bool:

@@ -46,7 +46,7 @@ T = TypeVar("T")
 
 def _through_outage(call: Callable[[], T]) -> T:
     """Return call(); while the credits database cannot be reached, wait for it (a while) and call again."""
-    until = time.monotonic() + retry.OUTAGE_WAIT_SECONDS
+    until = time.monotonic() + retry.outage_wait_seconds()
     while True:
         try:
             return call()
@@ -155,7 +155,7 @@ def _requeue_during_outage(task: Task, failure: retry.Failure, exc: Exception) -
     logger.warning(
         "credits message %s put back on the queue: the credits database has not answered for %.0fs (%s)",
         request.id,
-        retry.OUTAGE_WAIT_SECONDS,
+        retry.outage_wait_seconds(),
         failure.error,
     )
     if settings.CELERY_QUEUE_TYPE != QUEUE_TYPE_QUORUM or request.is_eager:

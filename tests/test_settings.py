@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
         ("IDEMPOTENCY_KEY_RETENTION_HOURS", "a day"),
         ("IDEMPOTENCY_KEY_RETENTION_HOURS", "0"),
         ("CELERY_QUEUE_TYPE", "mirrored"),
+        ("CREDITS_OUTAGE_WAIT_SECONDS", "600"),
+        ("CREDITS_OUTAGE_WAIT_SECONDS", "soon"),
     ],
 )
 def test_bad_value_fails_start_up_naming_the_variable(name, value):

@@ -73,10 +73,10 @@ def test_a_failure_not_known_to_be_permanent_is_retried_the_configured_number_of
 
 # Waiting for the database closes its connection, as a worker does between tasks: no test transaction around it.
 @pytest.mark.django_db(transaction=True)
-def test_an_unreachable_database_spends_no_retry_and_makes_no_dead_letter(user, monkeypatch):
+def test_an_unreachable_database_spends_no_retry_and_makes_no_dead_letter(user, settings):
     """While the credits database is down the message waits, then goes back to the queue as it was."""
     _, payload = place_order(user=user)
-    monkeypatch.setattr("credits.retry.OUTAGE_WAIT_SECONDS", 0.3)
+    settings.CREDITS_OUTAGE_WAIT_SECONDS = 0.3
     down = DatabaseOperationalError(2003, "Can't connect to MySQL server (injected)")
     retries_before = sample("creditshop_credits_retries_total", reason="database_unavailable")
     requeues_before = sample("creditshop_credits_outage_requeues_total")

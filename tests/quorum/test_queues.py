@@ -5,6 +5,7 @@ with, and dead letters that reach credits.dead with their DeadLetter row. Real w
 import json
 
 import pytest
+from django.db import connections
 from kombu import Connection
 from kombu.transport.native_delayed_delivery import level_name
 
@@ -12,6 +13,8 @@ from config.celery import CREDITS_DEAD_QUEUE, CREDITS_QUEUE, OUTBOX_QUEUE, QUEUE
 from credits.models import DeadLetter, OrderCredit
 from credits.tests.support import DatabaseFaults, Worker, place_order, wait_until
 from outbox.relay import ClaimedMessage, Publisher
+from outbox.tests.conftest import BrokerProxy
+from tests.processes import database_url, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -151,3 +154,31 @@ def test_the_broker_dead_letters_a_message_redelivered_once_more_and_drops_nothi
     [(headers, kwargs)] = messages
     assert headers["x-first-death-reason"] == "delivery_limit"
     assert kwargs["message"]["order_id"] == order_id
+
+
+def test_a_credits_database_outage_spends_no_delivery_and_makes_no_dead_letter(quorum, user):
+    """A requeue counts toward a quorum queue's delivery limit, so during an outage the message is republished."""
+    rabbit, start_worker, _faults = quorum
+    credits_db = connections["credits"].settings_dict
+    proxy = BrokerProxy(free_port(), upstream=(credits_db["HOST"] or "127.0.0.1", int(credits_db["PORT"] or 3306)))
+    proxy.up()
+    through_proxy = database_url("credits").replace(
+        f"@{credits_db['HOST'] or '127.0.0.1'}:{credits_db['PORT'] or 3306}/", f"@127.0.0.1:{proxy.port}/"
+    )
+    try:
+        worker = start_worker(CREDITS_DATABASE_URL=through_proxy, CREDITS_OUTAGE_WAIT_SECONDS="0.5")
+        proxy.down()
+        order_id, payload = place_order(user=user, total=5)
+        publish(rabbit.broker_url, payload)
+        # More times back on the queue than the delivery limit (MAX_RETRIES + 1) would allow deliveries.
+        wait_until(
+            lambda: worker.count("put back on the queue") > MAX_RETRIES + 2, timeout=90, what="outage republishes"
+        )
+        proxy.up()
+        wait_until(lambda: OrderCredit.objects.filter(order_id=order_id).exists(), timeout=60, what="the credit")
+    finally:
+        proxy.down()
+    assert OrderCredit.objects.get(order_id=order_id).total == 10
+    assert not DeadLetter.objects.exists()
+    assert dead_messages(rabbit.broker_url) == []
+    assert worker.count(r"retry: Retry in") == worker.count("put back on the queue"), "republished, not retried"
