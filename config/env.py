@@ -61,6 +61,14 @@ def env_float(name: str, default: float, *, minimum: float = 0.0, maximum: float
     return value
 
 
+def env_choice(name: str, default: str, choices: tuple[str, ...]) -> str:
+    """Return the variable as one of the given words (case-insensitive)."""
+    value = env_str(name, default).lower()
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name}={value!r} is not one of {list(choices)}")
+    return value
+
+
 def env_list(name: str, default: list[str]) -> list[str]:
     """Return a comma-separated variable as a list of non-empty items."""
     raw = os.environ.get(name, "").strip()
