@@ -109,11 +109,12 @@ def test_a_worker_killed_mid_award_loses_nothing_and_doubles_nothing(db_faults, 
 
 def test_a_worker_killed_during_a_burst_loses_nothing_and_doubles_nothing(start_worker, make_user):
     users = [make_user() for _ in range(4)]
-    payloads = [place_order(user=users[i % 4], total=1 + i % 9)[1] for i in range(600)]
+    # Big enough that an idle machine's worker is still at it when killed.
+    payloads = [place_order(user=users[i % 4], total=1 + i % 9)[1] for i in range(1500)]
     worker = start_worker("burst", concurrency=2)
     for payload in payloads:
         publish(payload)
-    wait_until(lambda: OrderCredit.objects.count() >= 100, timeout=60, what="the burst to be under way")
+    wait_until(lambda: OrderCredit.objects.count() >= 50, timeout=60, what="the burst to be under way")
     worker.kill(signal.SIGKILL)
     assert OrderCredit.objects.count() < len(payloads), "the burst finished before the kill; make it bigger"
     successor = start_worker("after-burst", concurrency=2)
