@@ -18,13 +18,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from django.conf import settings
-from django.db import connections
+from django.db import connections, router
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import DateType, LongType, StringType, StructField, StructType, TimestampType
 
-from config.routers import database_for
-from credits.models import DeadLetter
+from credits.models import DeadLetter, OrderCredit
+from orders.models import Order
 
 JDBC_DRIVER = "org.mariadb.jdbc.Driver"
 # Ids per IN (...) list in the look-ups; each list is one JDBC partition.
@@ -145,7 +145,7 @@ class Sources:
 
 def sources() -> Sources:
     """Return the JDBC sources of both services, each the database its app's tables are routed to."""
-    return Sources(orders=jdbc_source(database_for("orders")), credits=jdbc_source(database_for("credits")))
+    return Sources(orders=jdbc_source(router.db_for_read(Order)), credits=jdbc_source(router.db_for_read(OrderCredit)))
 
 
 @dataclass

@@ -11,10 +11,10 @@ from dataclasses import asdict, dataclass, field
 
 from django.db import IntegrityError, transaction
 
-from config import tracing
+from core import tracing
+from core.contract import BUSINESS_ORDER
 from credits.models import OrderCredit
 from orders.models import Order
-from orders.services import BUSINESS_ORDER
 from outbox.models import TransactionLog
 from outbox.selectors import message_trace_contexts
 from outbox.services import message_create, messages_retry_now

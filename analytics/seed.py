@@ -21,12 +21,11 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import make_password
 from django.db import connections, models, router, transaction
 
+from core.contract import BUSINESS_ORDER, SCHEMA_VERSION
 from credits.models import CreditBalance, OrderCredit
 from orders.models import Order
 from outbox.models import TransactionLog
-from outbox.services import SCHEMA_VERSION
 
-BUSINESS_ORDER = "order"
 DEMO_USERNAME_PREFIX = "demo-"
 GOODS = (
     "espresso beans",

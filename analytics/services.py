@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from analytics.models import CheckResult, DailyMetrics, NightlyRun, UserDailyCredits, Violation
 from analytics.period import Period
-from config.errors import ApplicationError
+from core.errors import ApplicationError
 
 
 class RunLocked(ApplicationError):

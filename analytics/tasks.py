@@ -11,6 +11,8 @@ import sys
 from celery import shared_task
 from django.conf import settings
 
+from core.contract import RUN_NIGHTLY_TASK
+
 logger = logging.getLogger(__name__)
 
 
@@ -28,7 +30,7 @@ def nightly_command(*, date: str | None = None, repair: bool = False) -> list[st
     return command
 
 
-@shared_task(name="analytics.run_nightly", ignore_result=True)
+@shared_task(name=RUN_NIGHTLY_TASK, ignore_result=True)
 def run_nightly(date: str | None = None, repair: bool = False) -> None:
     """Run the nightly reports in a subprocess; raise if it failed, so the failure shows in the worker's log.
 

@@ -49,13 +49,12 @@ from kombu import Connection  # noqa: E402
 
 from bench import brokers  # noqa: E402
 from bench.common import OtlpSink  # noqa: E402
-from config.celery import CREATED_AT_HEADER, CREDITS_DEAD_QUEUE, CREDITS_QUEUE, app  # noqa: E402
+from config.celery import app  # noqa: E402
+from core.contract import BUSINESS_ORDER, CREATED_AT_HEADER, CREDITS_DEAD_QUEUE, CREDITS_QUEUE, SCHEMA_VERSION  # noqa: E402
 from credits.models import CreditBalance, DeadLetter, OrderCredit  # noqa: E402
 from orders.models import Order  # noqa: E402
-from orders.services import BUSINESS_ORDER  # noqa: E402
 from outbox.ids import new_transaction_id  # noqa: E402
 from outbox.models import TransactionLog  # noqa: E402
-from outbox.services import SCHEMA_VERSION  # noqa: E402
 
 USER_PREFIX = "bench-credits-"
 BATCH = 2000

@@ -40,7 +40,8 @@ from django.utils import timezone  # noqa: E402
 from kombu import Connection, Producer  # noqa: E402
 
 from bench import brokers  # noqa: E402
-from config.celery import CREDITS_QUEUE, OUTBOX_QUEUE, app  # noqa: E402
+from config.celery import app  # noqa: E402
+from core.contract import CREDITS_QUEUE, OUTBOX_QUEUE  # noqa: E402
 from orders.services import order_create  # noqa: E402
 from outbox import wakeup  # noqa: E402
 from outbox.ids import new_transaction_id  # noqa: E402

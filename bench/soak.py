@@ -96,7 +96,7 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
     user_ids = [u.pk for u in users]
     broker_url, extra_env, rabbit = settings.CELERY_BROKER_URL, {}, None
     if args.rabbitmq_cluster:
-        from config.celery import CREDITS_QUEUE, QUEUE_TYPE_QUORUM
+        from core.contract import CREDITS_QUEUE, QUEUE_TYPE_QUORUM
         from tests.rabbitmq_cluster import RabbitCluster
 
         rabbit = RabbitCluster(Path(args.rabbitmq_cluster))

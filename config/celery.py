@@ -18,22 +18,16 @@ from kombu.transport.native_delayed_delivery import (
     declare_native_delayed_delivery_exchanges_and_queues,
 )
 
+from core.contract import (
+    ANALYTICS_QUEUE,
+    CREDITS_DEAD_EXCHANGE,
+    CREDITS_DEAD_QUEUE,
+    CREDITS_QUEUE,
+    OUTBOX_QUEUE,
+    QUEUE_TYPE_QUORUM,
+)
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-
-OUTBOX_QUEUE = "outbox"
-CREDITS_QUEUE = "credits"
-CREDITS_DEAD_QUEUE = "credits.dead"
-CREDITS_DEAD_EXCHANGE = "credits.dlx"
-# The nightly run holds its worker for the whole Spark job (hours on a big day): on a queue of its own, with a
-# worker of its own, it can never stall the relay's wake-ups, sweeps and retention on `outbox`.
-ANALYTICS_QUEUE = "analytics"
-
-# A credits message header set by the relay: when its outbox row was written (Unix seconds), i.e. the order's commit
-# give or take the transaction's few milliseconds; the consumer measures the end-to-end latency from it.
-CREATED_AT_HEADER = "creditshop_created_at"
-
-QUEUE_TYPE_CLASSIC = "classic"
-QUEUE_TYPE_QUORUM = "quorum"
 
 app = Celery("creditshop")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -215,13 +209,13 @@ def database_connections_close_after_failure(task=None, state=None, **kwargs) ->
         connections.close_all()
 
 
-# --- tracing and log context (config/tracing.py, config/logs.py) -------------------------------------------------
+# --- tracing and log context (core/tracing.py, core/logs.py) -------------------------------------------------
 
 
 @signals.worker_process_init.connect
 def tracing_start_in_pool_process(**kwargs) -> None:
     """Set up tracing where tasks run: each prefork pool process, or a solo worker's only process."""
-    from config.tracing import tracing_setup
+    from core.tracing import tracing_setup
 
     tracing_setup(service_name="creditshop-worker", celery=True, sql=_sql_spans())
 
@@ -229,7 +223,7 @@ def tracing_start_in_pool_process(**kwargs) -> None:
 @signals.worker_init.connect
 def tracing_start_in_threads_worker(sender=None, **kwargs) -> None:
     """Set up tracing in a threads-pool worker, which runs tasks in its main process and sends no process init."""
-    from config.tracing import tracing_setup
+    from core.tracing import tracing_setup
 
     if getattr(getattr(sender, "pool_cls", None), "__module__", "") == "celery.concurrency.thread":
         tracing_setup(service_name="creditshop-worker", celery=True, sql=_sql_spans())
@@ -249,6 +243,6 @@ def log_context_install(logger=None, **kwargs) -> None:
     """Give the handlers Celery installs the trace and transaction fields, and the JSON format if LOG_FORMAT=json."""
     from django.conf import settings
 
-    from config.logs import celery_logging_install
+    from core.logs import celery_logging_install
 
     celery_logging_install(logger, json_format=settings.LOG_FORMAT == "json")

@@ -6,6 +6,14 @@ from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
 from config.env import env_bool, env_choice, env_database, env_float, env_int, env_list, env_rate, env_str
+from core.contract import (
+    PURGE_IDEMPOTENCY_KEYS_TASK,
+    PURGE_PUBLISHED_TASK,
+    QUEUE_TYPE_CLASSIC,
+    QUEUE_TYPE_QUORUM,
+    RUN_NIGHTLY_TASK,
+    SWEEP_TASK,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -31,7 +39,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "config.middleware.BodySizeLimitMiddleware",
+    "core.middleware.BodySizeLimitMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # Right after SecurityMiddleware, as WhiteNoise asks: static files are answered before sessions or auth run.
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -131,19 +139,19 @@ IDEMPOTENCY_KEY_RETENTION_HOURS = env_int("IDEMPOTENCY_KEY_RETENTION_HOURS", 24,
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "config.authentication.TokenAuthentication",
+        "core.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_PARSER_CLASSES": [
-        "config.parsers.JSONParser",
+        "core.parsers.JSONParser",
         "rest_framework.parsers.FormParser",
         "rest_framework.parsers.MultiPartParser",
     ],
-    "DEFAULT_PAGINATION_CLASS": "config.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "core.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 50,
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
-    "EXCEPTION_HANDLER": "config.api.exception_handler",
+    "EXCEPTION_HANDLER": "core.api.exception_handler",
 }
 
 SPECTACULAR_SETTINGS = {
@@ -156,11 +164,11 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     # Links from a placed order to its reads, for generated clients and schemathesis' stateful tests.
-    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "config.openapi.add_links"],
+    "POSTPROCESSING_HOOKS": ["drf_spectacular.hooks.postprocess_schema_enums", "core.openapi.add_links"],
 }
 
 # Shared cache: the order throttle counts there, so its limit holds across every gunicorn worker and host.
-# Short socket timeouts: when Redis is unreachable the throttle fails open (config/throttling.py) and an order
+# Short socket timeouts: when Redis is unreachable the throttle fails open (core/throttling.py) and an order
 # request should lose at most a second finding that out, not hang.
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
 CACHES = {
@@ -176,7 +184,7 @@ CACHES = {
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL", "amqp://guest:guest@127.0.0.1:5672//")
 # classic: one broker node (the default: a queue's type cannot change in place, so existing brokers keep working);
 # quorum: replicated on a RabbitMQ cluster, with delayed retries in the broker. Read by config.celery.task_queues.
-CELERY_QUEUE_TYPE = env_choice("CELERY_QUEUE_TYPE", "classic", ("classic", "quorum"))
+CELERY_QUEUE_TYPE = env_choice("CELERY_QUEUE_TYPE", QUEUE_TYPE_CLASSIC, (QUEUE_TYPE_CLASSIC, QUEUE_TYPE_QUORUM))
 
 # Outbox relay.
 OUTBOX_MAX_ATTEMPTS = env_int("OUTBOX_MAX_ATTEMPTS", 10, minimum=1)
@@ -199,13 +207,13 @@ OUTBOX_RETENTION_BATCH_SIZE = env_int("OUTBOX_RETENTION_BATCH_SIZE", 1000, minim
 CELERY_BEAT_SCHEDULE = {
     # Safety net for lost wake-ups and for rows whose backoff has run out.
     "outbox-sweep": {
-        "task": "outbox.sweep",
+        "task": SWEEP_TASK,
         "schedule": OUTBOX_SWEEP_SECONDS,
         "options": {"expires": OUTBOX_SWEEP_SECONDS},
     },
-    "outbox-purge-published": {"task": "outbox.purge_published", "schedule": 3600.0, "options": {"expires": 3600.0}},
+    "outbox-purge-published": {"task": PURGE_PUBLISHED_TASK, "schedule": 3600.0, "options": {"expires": 3600.0}},
     "orders-purge-idempotency-keys": {
-        "task": "orders.purge_idempotency_keys",
+        "task": PURGE_IDEMPOTENCY_KEYS_TASK,
         "schedule": 3600.0,
         "options": {"expires": 3600.0},
     },
@@ -245,8 +253,8 @@ ANALYTICS_NIGHTLY_HOUR = env_int("ANALYTICS_NIGHTLY_HOUR", 2, minimum=0, maximum
 ANALYTICS_NIGHTLY_MINUTE = env_int("ANALYTICS_NIGHTLY_MINUTE", 0, minimum=0, maximum=59)
 ANALYTICS_RUN_TIMEOUT_SECONDS = env_int("ANALYTICS_RUN_TIMEOUT_SECONDS", 3 * 3600, minimum=60)
 # The nightly Spark reports for yesterday (UTC); the task runs them in a subprocess, never in the worker.
-CELERY_BEAT_SCHEDULE["analytics.run_nightly"] = {
-    "task": "analytics.run_nightly",
+CELERY_BEAT_SCHEDULE[RUN_NIGHTLY_TASK] = {
+    "task": RUN_NIGHTLY_TASK,
     "schedule": crontab(hour=ANALYTICS_NIGHTLY_HOUR, minute=ANALYTICS_NIGHTLY_MINUTE),
 }
 
@@ -260,7 +268,7 @@ if not DEBUG:
     CSRF_COOKIE_SECURE = True
 
 # Logs: plain text, or one JSON object per line with LOG_FORMAT=json; either way every record carries trace_id,
-# span_id and transaction_id (config/logs.py). Tracing itself is configured by the OTEL_* variables (config/tracing.py).
+# span_id and transaction_id (core/logs.py). Tracing itself is configured by the OTEL_* variables (core/tracing.py).
 LOG_FORMAT = env_str("LOG_FORMAT", "plain").lower()
 # With tracing on, the workers and the relay add a span per SQL statement (the web never does: config/wsgi.py).
 TRACING_SQL_SPANS = env_bool("TRACING_SQL_SPANS", True)
@@ -269,10 +277,10 @@ if LOG_FORMAT not in ("plain", "json"):
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "filters": {"trace_context": {"()": "config.logs.TraceContextFilter"}},
+    "filters": {"trace_context": {"()": "core.logs.TraceContextFilter"}},
     "formatters": {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
-        "json": {"()": "config.logs.json_formatter"},
+        "json": {"()": "core.logs.json_formatter"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["trace_context"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},

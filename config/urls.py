@@ -7,8 +7,8 @@ from django.utils.functional import lazy
 from django.views.generic import RedirectView
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
-from config.health import healthz
-from config.metrics import metrics
+from core.health import healthz
+from core.metrics import metrics
 from credits.apis import CreditsApi
 from orders.apis import OrderDetailApi, OrderListCreateApi, TransactionCheckApi
 
@@ -34,4 +34,4 @@ urlpatterns = [
 ]
 
 # Unknown URLs under /api/ answer JSON like the API's own 404s (the OpenAPI document promises JSON).
-handler404 = "config.api.not_found"
+handler404 = "core.api.not_found"

@@ -6,7 +6,7 @@ from django.core.wsgi import get_wsgi_application
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
-from config.tracing import tracing_setup  # noqa: E402 (needs the settings module named above)
+from core.tracing import tracing_setup  # noqa: E402 (needs the settings module named above)
 
 # Before the application is built: the Django instrumentation adds its middleware to the settings' list. Each gunicorn
 # worker imports this module after the fork (unless --preload), so each has its own export thread. No span per SQL

@@ -9,11 +9,10 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
-from config import tracing
-from config.admin import FastListAdmin, ReadOnlyAdminMixin
+from core import tracing
+from core.admin import FastListAdmin, ReadOnlyAdminMixin
 from credits import services
 from credits.models import DeadLetter, OrderCredit
-from outbox.selectors import message_trace_contexts
 
 REPLAY_PERMISSION = "replay_deadletter"
 FAILURES_SHOWN = 5
@@ -58,16 +57,15 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, FastListAdmin):
     @admin.action(description="Replay selected dead letters (awards at most once)", permissions=["replay"])
     def replay(self, request: HttpRequest, queryset: QuerySet[DeadLetter]) -> None:
         by = request.user.get_username()
-        letters = list(queryset.values_list("pk", "transaction_id"))
-        # Each replay's span links to the trace of the order request that wrote the message (kept with its outbox
-        # row in the order database: a read of the web's, like the API's), since the original trace has ended.
-        origins = message_trace_contexts(ids={tx for _, tx in letters if tx}) if tracing.tracing_enabled() else {}
+        letters = queryset.values_list("pk", "transaction_id", "traceparent", "tracestate")
         results = []
-        for pk, transaction_id in letters:
+        for pk, transaction_id, traceparent, tracestate in letters:
+            # The replay's span links to the trace the message was handled in (the order request's), which has
+            # ended; the dead letter kept its context, so nothing is read from the order service's database.
             with tracing.span(
                 "credits.dead_letter.replay",
                 attributes={"creditshop.transaction_id": transaction_id},
-                linked_to=[origins[transaction_id]] if transaction_id in origins else (),
+                linked_to=[(traceparent, tracestate)] if traceparent else (),
             ):
                 results.append(services.dead_letter_replay(dead_letter_id=pk, by=by))
         counts = Counter(result.outcome for result in results)

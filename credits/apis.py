@@ -5,8 +5,8 @@ from rest_framework import serializers
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.openapi import error_responses
-from config.pagination import LimitOffsetPagination, page_parameters
+from core.openapi import error_responses
+from core.pagination import LimitOffsetPagination, page_parameters
 from credits import selectors
 
 

@@ -7,5 +7,10 @@ class CreditsConfig(AppConfig):
     name = "credits"
 
     def ready(self) -> None:
-        # Register the consumer's metrics in every process, so /metrics lists them even before the first event.
-        from credits import metrics  # noqa: F401
+        from core import metrics
+        from credits.metrics import OpenDeadLettersCollector, counters_initialize
+
+        # Every counter series exists at zero from the first scrape of any process; the open dead letters are
+        # counted in the database at scrape time.
+        counters_initialize()
+        metrics.collector_register(OpenDeadLettersCollector())

@@ -1,6 +1,6 @@
 """Why a credits message could not be applied; credits.retry decides which of these are worth retrying."""
 
-from config.errors import ApplicationError
+from core.errors import ApplicationError
 
 
 class MalformedMessage(ApplicationError):

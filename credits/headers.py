@@ -2,7 +2,7 @@
 
 import time
 
-from config.celery import CREATED_AT_HEADER
+from core.contract import CREATED_AT_HEADER
 
 
 def message_created_at(request) -> float | None:

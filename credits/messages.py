@@ -1,15 +1,12 @@
 """The credits message: the transaction_log payload the relay publishes, parsed and checked before anything runs."""
 
-import re
 from dataclasses import dataclass
 from typing import Any
 
+from core.contract import ORDER_TOTAL_MAX, ORDER_TOTAL_MIN, SCHEMA_VERSION, TRANSACTION_ID
 from credits.errors import MalformedMessage, UnsupportedSchemaVersion
 
-SUPPORTED_SCHEMA_VERSIONS = frozenset({1})
-TRANSACTION_ID = re.compile(r"[0-9a-f]{32}")
-# The same bounds the order API enforces on an order's total.
-TOTAL_MIN, TOTAL_MAX = 1, 10_000
+SUPPORTED_SCHEMA_VERSIONS = frozenset({SCHEMA_VERSION})
 
 
 @dataclass(frozen=True)
@@ -52,8 +49,8 @@ def award_message_parse(payload: Any) -> AwardMessage:
         if not _is_int(value) or value < 1:
             errors.append(f"{key} must be a positive integer, got {_show(value)}")
     total = payload.get("total")
-    if not _is_int(total) or not TOTAL_MIN <= total <= TOTAL_MAX:
-        errors.append(f"total must be an integer in [{TOTAL_MIN}, {TOTAL_MAX}], got {_show(total)}")
+    if not _is_int(total) or not ORDER_TOTAL_MIN <= total <= ORDER_TOTAL_MAX:
+        errors.append(f"total must be an integer in [{ORDER_TOTAL_MIN}, {ORDER_TOTAL_MAX}], got {_show(total)}")
     if errors:
         raise MalformedMessage("; ".join(errors))
     return AwardMessage(

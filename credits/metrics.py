@@ -1,4 +1,4 @@
-"""Prometheus metrics of the credits consumer (served by /metrics, config/metrics.py).
+"""Prometheus metrics of the credits consumer (served by /metrics, core/metrics.py).
 
 The counters live in the process that counts: a Celery worker's, or (with PROMETHEUS_MULTIPROC_DIR set, and the
 /metrics view reading it) the files shared by all processes on the host. The open dead-letter gauge is read from

@@ -7,6 +7,8 @@ service's database, so they are referred to by plain ids: no foreign key, no joi
 from django.db import models
 from django.utils import timezone
 
+from core.tracing import TRACEPARENT_MAX, TRACESTATE_MAX
+
 
 class OrderCredit(models.Model):
     user_id = models.BigIntegerField(db_index=True)
@@ -80,6 +82,13 @@ class DeadLetter(models.Model):
     discarded_at = models.DateTimeField(null=True, blank=True)
     discarded_by = models.CharField(max_length=150, blank=True, default="")
     discarded_reason = models.TextField(blank=True, default="")
+    # The trace context the message arrived in (the order request's trace), so a replay's span can link to it.
+    traceparent = models.CharField(
+        max_length=TRACEPARENT_MAX, blank=True, default="", db_default="", db_collation="ascii_bin"
+    )
+    tracestate = models.CharField(
+        max_length=TRACESTATE_MAX, blank=True, default="", db_default="", db_collation="ascii_bin"
+    )
 
     class Meta:
         db_table = "credit_dead_letters"

@@ -39,8 +39,10 @@ from django.db import DatabaseError, IntegrityError, connections, router, transa
 from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
-from config.errors import ApplicationError
-from credits.messages import TRANSACTION_ID, award_message_parse
+from core.contract import TRANSACTION_ID
+from core.errors import ApplicationError
+from core.retention import purge_in_batches
+from credits.messages import award_message_parse
 from credits.models import DeadLetter, OrderCredit
 from credits.retry import OUTAGE_POLL_MAX_SECONDS, failure_classify
 
@@ -157,8 +159,11 @@ def dead_letter_record(
     attempts: int,
     first_failed_at,
     last_failed_at,
+    trace_context: tuple[str, str] = ("", ""),
 ) -> None:
     """Record a message that failed for good; one row per message, reopened if the same message fails again.
+
+    `trace_context` is the (traceparent, tracestate) the message was handled in, for a replay's span to link to.
 
     A row an operator discarded stays discarded: that decision covers every copy of the message.
     Call it outside a transaction; two workers recording the same message at once end with one row.
@@ -190,6 +195,8 @@ def dead_letter_record(
                 attempts=attempts,
                 first_failed_at=first_failed_at,
                 last_failed_at=last_failed_at,
+                traceparent=trace_context[0],
+                tracestate=trace_context[1],
             )
     except IntegrityError:
         DeadLetter.objects.filter(message_id=message_id).update(**again)
@@ -271,10 +278,4 @@ def dead_letters_purge_resolved(*, resolved_before: datetime, batch_size: int = 
     resolved = Q(status=DeadLetter.Status.REPLAYED, replayed_at__lt=resolved_before) | Q(
         status=DeadLetter.Status.DISCARDED, discarded_at__lt=resolved_before
     )
-    deleted = 0
-    while ids := list(DeadLetter.objects.filter(resolved).order_by("pk").values_list("pk", flat=True)[:batch_size]):
-        count, _ = DeadLetter.objects.filter(resolved, pk__in=ids).delete()
-        deleted += count
-        if len(ids) < batch_size:
-            break
-    return deleted
+    return purge_in_batches(DeadLetter.objects.filter(resolved), order_by="pk", batch_size=batch_size)

@@ -17,9 +17,9 @@ from django.conf import settings
 from django.db import DatabaseError, connections
 from django.utils import timezone
 
-from config import tracing
-from config.celery import QUEUE_TYPE_QUORUM
-from config.logs import transaction_bind, transaction_unbind
+from core import tracing
+from core.contract import AWARD_CREDITS_TASK, QUEUE_TYPE_QUORUM
+from core.logs import transaction_bind, transaction_unbind
 from credits import metrics, retry, services
 from credits.errors import MalformedMessage, Redelivered
 from credits.headers import headers_to_carry, message_age_seconds
@@ -120,6 +120,7 @@ def _fail(task: Task, exc: Exception, payload: Any) -> NoReturn:
                     attempts=attempts,
                     first_failed_at=first_failed_at,
                     last_failed_at=now,
+                    trace_context=tracing.current_trace_context(),
                 )
             )
     except Exception as record_exc:
@@ -176,7 +177,7 @@ def _requeue_during_outage(task: Task, failure: retry.Failure, exc: Exception) -
 
 @shared_task(
     bind=True,
-    name="credits.award_credits",
+    name=AWARD_CREDITS_TASK,
     # The retry policy in credits/retry.py is the only limit; Celery's own default (3) must not cut it short.
     max_retries=None,
     # An error escaping the task (none should) rejects the message to credits.dead instead of acking it away.

@@ -2,7 +2,7 @@
 
 from django.contrib import admin
 
-from config.admin import FastListAdmin, ReadOnlyAdminMixin
+from core.admin import FastListAdmin, ReadOnlyAdminMixin
 from orders.models import Order
 
 

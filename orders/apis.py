@@ -11,10 +11,11 @@ from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from config.openapi import RETRY_AFTER, error_responses
-from config.pagination import LimitOffsetPagination, page_parameters
-from config.parsers import JSONParser
-from config.throttling import SharedCacheUserRateThrottle
+from core.contract import ORDER_TOTAL_MAX, ORDER_TOTAL_MIN
+from core.openapi import RETRY_AFTER, error_responses
+from core.pagination import LimitOffsetPagination, page_parameters
+from core.parsers import JSONParser
+from core.throttling import SharedCacheUserRateThrottle
 from credits.selectors import CreditStatus
 from orders import selectors, services
 
@@ -144,7 +145,7 @@ class OrderListCreateApi(APIView):
             max_length=255,
             validators=[RegexValidator(GOODS_NAME_PATTERN, UNPRINTABLE_MESSAGE), refuse_unprintable],
         )
-        total = StrictIntegerField(min_value=1, max_value=10_000)
+        total = StrictIntegerField(min_value=ORDER_TOTAL_MIN, max_value=ORDER_TOTAL_MAX)
 
         def to_internal_value(self, data):
             # Report unknown fields (say a client-supplied user_id) together with the other field errors.

@@ -4,6 +4,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from core.contract import ORDER_TOTAL_MAX, ORDER_TOTAL_MIN
+
 
 class Order(models.Model):
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="orders")
@@ -17,7 +19,8 @@ class Order(models.Model):
         db_table = "orders"
         constraints = [
             models.CheckConstraint(
-                condition=models.Q(total__gte=1) & models.Q(total__lte=10_000), name="orders_total_range"
+                condition=models.Q(total__gte=ORDER_TOTAL_MIN) & models.Q(total__lte=ORDER_TOTAL_MAX),
+                name="orders_total_range",
             ),
         ]
 

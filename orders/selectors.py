@@ -4,17 +4,15 @@ Orders come from the order service's database; their credit status from the cred
 per page (never a join across the two).
 """
 
-import re
 from collections.abc import Sequence
 
 from django.db.models import QuerySet
 
+from core.contract import BUSINESS_ORDER, TRANSACTION_ID
 from credits.selectors import CreditStatus, credit_statuses
 from orders.models import Order
-from orders.services import BUSINESS_ORDER
 
 CREDIT_PENDING = CreditStatus.PENDING
-TRANSACTION_ID = re.compile(r"[0-9a-f]{32}")
 
 
 def order_list(*, user) -> QuerySet[Order]:

@@ -9,13 +9,13 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
-from config.errors import ApplicationError
-from config.logs import transaction_bind
+from core.contract import BUSINESS_ORDER
+from core.errors import ApplicationError
+from core.logs import transaction_bind
+from core.retention import purge_in_batches
 from orders.models import IdempotencyKey, Order
 from outbox.ids import new_transaction_id
 from outbox.services import message_create
-
-BUSINESS_ORDER = "order"
 
 
 class IdempotencyKeyReused(ApplicationError):
@@ -96,18 +96,9 @@ def idempotency_keys_purge(*, older_than: datetime, batch_size: int, max_batches
     The orders stay: a retry with a purged key is a new request and places a new order. Each batch is its own short
     autocommit DELETE by primary key, so order inserts never wait behind a long purge.
     """
-    deleted = batches = 0
-    while max_batches is None or batches < max_batches:
-        ids = list(
-            IdempotencyKey.objects.filter(created_at__lt=older_than)
-            .order_by("created_at")
-            .values_list("id", flat=True)[:batch_size]
-        )
-        if not ids:
-            break
-        count, _ = IdempotencyKey.objects.filter(id__in=ids).delete()
-        deleted += count
-        batches += 1
-        if len(ids) < batch_size:
-            break
-    return deleted
+    return purge_in_batches(
+        IdempotencyKey.objects.filter(created_at__lt=older_than),
+        order_by="created_at",
+        batch_size=batch_size,
+        max_batches=max_batches,
+    )

@@ -7,13 +7,14 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
+from core.contract import PURGE_IDEMPOTENCY_KEYS_TASK
+from core.retention import PURGE_MAX_BATCHES
 from orders.services import idempotency_keys_purge
-from outbox.tasks import PURGE_MAX_BATCHES
 
 logger = logging.getLogger(__name__)
 
 
-@shared_task(name="orders.purge_idempotency_keys", ignore_result=True)
+@shared_task(name=PURGE_IDEMPOTENCY_KEYS_TASK, ignore_result=True)
 def purge_idempotency_keys() -> int:
     """Delete idempotency keys older than IDEMPOTENCY_KEY_RETENTION_HOURS, in small batches."""
     deleted = idempotency_keys_purge(

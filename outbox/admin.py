@@ -11,8 +11,8 @@ from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.timesince import timesince
 
-from config.admin import FastListAdmin, ReadOnlyAdminMixin
-from orders.services import BUSINESS_ORDER
+from core.admin import FastListAdmin, ReadOnlyAdminMixin
+from core.contract import BUSINESS_ORDER
 from outbox.models import TransactionLog
 from outbox.services import messages_discard, messages_retry_now
 

@@ -3,7 +3,7 @@
 from django.db import models
 from django.utils import timezone
 
-from config.tracing import TRACEPARENT_MAX, TRACESTATE_MAX
+from core.tracing import TRACEPARENT_MAX, TRACESTATE_MAX
 
 
 class TransactionLog(models.Model):

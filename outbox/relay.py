@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 
 import amqp
 from amqp.exceptions import AMQPError
+from celery import current_app as app
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connections, transaction
 from django.db.models import Case, Value, When
@@ -35,15 +36,14 @@ from kombu import Queue
 from kombu.exceptions import OperationalError
 from kombu.serialization import dumps
 
-from config import tracing
-from config.broker import connection_ensure
-from config.celery import CREATED_AT_HEADER, CREDITS_DEAD_QUEUE, CREDITS_QUEUE, app
+from core import tracing
+from core.broker import connection_ensure
+from core.contract import AWARD_CREDITS_TASK, CREATED_AT_HEADER, CREDITS_DEAD_QUEUE, CREDITS_QUEUE
 from outbox import metrics
 from outbox.models import TransactionLog
 
 logger = logging.getLogger(__name__)
 
-CREDITS_TASK = "credits.award_credits"
 # What a lost or refused broker connection raises: kombu wraps connect failures, py-amqp raises protocol errors,
 # and socket failures (refused, reset, timed out) are OSErrors.
 BROKER_ERRORS = (OperationalError, AMQPError, OSError)
@@ -162,7 +162,7 @@ def build_task_message(message: ClaimedMessage) -> amqp.Message:
     kwargs = {"message": message.payload}
     headers, properties, body, _ = app.amqp.as_task_v2(
         message.id,
-        CREDITS_TASK,
+        AWARD_CREDITS_TASK,
         args=(),
         kwargs=kwargs,
         # The payload is small and flat; repr() says the same as Celery's saferepr at a fraction of the cost.

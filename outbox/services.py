@@ -7,12 +7,13 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.utils import timezone
 
-from config.errors import ApplicationError
-from config.tracing import current_trace_context
+from core.contract import SCHEMA_VERSION
+from core.errors import ApplicationError
+from core.retention import purge_in_batches
+from core.tracing import current_trace_context
 from outbox import wakeup
 from outbox.models import TransactionLog
 
-SCHEMA_VERSION = 1
 Status = TransactionLog.Status
 
 # States a person may send back to the relay: stuck or backing-off rows, given-up rows, and a discard undone.
@@ -123,18 +124,9 @@ def messages_purge_published(*, older_than: datetime, batch_size: int, max_batch
     Each batch is its own short autocommit DELETE by primary key, so order inserts (which append at the other end
     of the time-ordered primary key) never wait behind a long purge.
     """
-    deleted = batches = 0
-    while max_batches is None or batches < max_batches:
-        ids = list(
-            TransactionLog.objects.filter(status=Status.PUBLISHED, published_at__lt=older_than)
-            .order_by("published_at")
-            .values_list("id", flat=True)[:batch_size]
-        )
-        if not ids:
-            break
-        count, _ = TransactionLog.objects.filter(id__in=ids, status=Status.PUBLISHED).delete()
-        deleted += count
-        batches += 1
-        if len(ids) < batch_size:
-            break
-    return deleted
+    return purge_in_batches(
+        TransactionLog.objects.filter(status=Status.PUBLISHED, published_at__lt=older_than),
+        order_by="published_at",
+        batch_size=batch_size,
+        max_batches=max_batches,
+    )

@@ -9,6 +9,8 @@ from celery import shared_task
 from django.conf import settings
 from django.utils import timezone
 
+from core.contract import PURGE_PUBLISHED_TASK, RELAY_TASK, SWEEP_TASK
+from core.retention import PURGE_MAX_BATCHES
 from outbox.relay import BrokerUnavailable, OutageLog, Publisher, drain
 from outbox.services import messages_purge_published
 
@@ -16,8 +18,6 @@ logger = logging.getLogger(__name__)
 
 # A relay task gives its worker process back after this long; what is still due goes to the next wake-up or sweep.
 RELAY_TIME_BUDGET_SECONDS = 30.0
-# Retention stops after this many batches per run so one run never holds a worker for long; the next run goes on.
-PURGE_MAX_BATCHES = 1000
 
 _local = threading.local()
 _outage = OutageLog("broker (relay task)", log=logger)
@@ -41,19 +41,19 @@ def _relay() -> int:
     return published
 
 
-@shared_task(name="outbox.relay", ignore_result=True)
+@shared_task(name=RELAY_TASK, ignore_result=True)
 def relay() -> int:
     """Publish what is due now; sent on commit of each order (coalesced)."""
     return _relay()
 
 
-@shared_task(name="outbox.sweep", ignore_result=True)
+@shared_task(name=SWEEP_TASK, ignore_result=True)
 def sweep() -> int:
     """Publish what is due now; run by beat every OUTBOX_SWEEP_SECONDS as the safety net for lost wake-ups."""
     return _relay()
 
 
-@shared_task(name="outbox.purge_published", ignore_result=True)
+@shared_task(name=PURGE_PUBLISHED_TASK, ignore_result=True)
 def purge_published() -> int:
     """Delete rows published more than OUTBOX_RETENTION_DAYS ago, in small batches."""
     deleted = messages_purge_published(

@@ -16,16 +16,16 @@ import time
 import uuid
 from datetime import UTC, datetime, timedelta
 
+from celery import current_app as app
 from django.conf import settings
 from kombu import Producer
 
-from config.broker import connection_ensure
-from config.celery import OUTBOX_QUEUE, app
+from core.broker import connection_ensure
+from core.contract import OUTBOX_QUEUE, RELAY_TASK
 from outbox.relay import BROKER_ERRORS, OutageLog, close_connection
 
 logger = logging.getLogger(__name__)
 
-RELAY_TASK = "outbox.relay"
 # A wake-up that waited this long in the queue (workers down) is worthless: the sweeper has run since.
 WAKE_EXPIRES_SECONDS = 60
 SEND_TIMEOUT_SECONDS = 2.0

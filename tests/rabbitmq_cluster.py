@@ -6,7 +6,8 @@ from pathlib import Path
 
 from kombu import Connection
 
-from config.celery import CREDITS_DEAD_QUEUE, CREDITS_QUEUE, OUTBOX_QUEUE, QUEUE_TYPE_QUORUM, task_queues
+from config.celery import task_queues
+from core.contract import CREDITS_DEAD_QUEUE, CREDITS_QUEUE, OUTBOX_QUEUE, QUEUE_TYPE_QUORUM
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "rabbitmq_cluster.sh"

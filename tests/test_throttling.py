@@ -6,7 +6,7 @@ import socket
 
 import pytest
 
-from config import throttling
+from core import throttling
 from orders.models import Order
 
 pytestmark = pytest.mark.django_db
@@ -28,13 +28,13 @@ def redis_down(settings, monkeypatch):
 def test_orders_keep_flowing_when_the_cache_is_down_with_one_warning(api, settings, redis_down, caplog):
     settings.ORDERS_RATE_LIMIT = "1/minute"
 
-    with caplog.at_level(logging.WARNING, logger="config.throttling"):
+    with caplog.at_level(logging.WARNING, logger="core.throttling"):
         statuses = [api.post("/api/orders/", {"goods_name": "tea", "total": 1}, format="json").status_code]
         statuses += [api.post("/api/orders/", {"goods_name": "tea", "total": 1}, format="json").status_code]
 
     assert statuses == [201, 201]
     assert Order.objects.count() == 2
-    warnings = [r for r in caplog.records if r.name == "config.throttling"]
+    warnings = [r for r in caplog.records if r.name == "core.throttling"]
     assert len(warnings) == 1
     assert "rate limits are off" in warnings[0].getMessage()
 

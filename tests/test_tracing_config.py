@@ -5,8 +5,8 @@ import logging
 
 import pytest
 
-from config import tracing
-from config.logs import TraceContextFilter, json_formatter, transaction_bound
+from core import tracing
+from core.logs import TraceContextFilter, json_formatter, transaction_bound
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,8 @@ from django.conf import settings
 from django.db import connections
 from kombu import Connection
 
-from config.celery import CREDITS_DEAD_QUEUE, CREDITS_QUEUE, app
+from config.celery import app
+from core.contract import CREDITS_DEAD_QUEUE, CREDITS_QUEUE
 from orders.services import order_create
 from outbox.models import TransactionLog
 from tests.processes import service_env

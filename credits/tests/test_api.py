@@ -1,7 +1,7 @@
 import pytest
 from django.utils import timezone
 
-from config.pagination import MAX_PAGE_SIZE
+from core.pagination import MAX_PAGE_SIZE
 from credits import services
 from credits.models import DeadLetter
 from credits.tests.support import place_order

@@ -1,6 +1,6 @@
 import pytest
 
-from config.celery import CREATED_AT_HEADER
+from core.contract import CREATED_AT_HEADER
 from credits.headers import message_created_at
 
 

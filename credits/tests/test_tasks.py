@@ -12,7 +12,7 @@ from django.db.utils import OperationalError as DatabaseOperationalError
 from kombu.exceptions import OperationalError
 from prometheus_client import REGISTRY
 
-from config.metrics import build_registry
+from core.metrics import build_registry
 from credits import services
 from credits.models import DeadLetter, OrderCredit
 from credits.tasks import award_credits

@@ -10,7 +10,8 @@ from django.contrib.auth.models import Permission
 from django.db.models import Sum
 from django.test import Client
 
-from config.celery import CREDITS_DEAD_QUEUE, CREDITS_QUEUE, app
+from config.celery import app
+from core.contract import CREDITS_DEAD_QUEUE, CREDITS_QUEUE
 from credits.models import CreditBalance, DeadLetter, OrderCredit
 from credits.tests.support import AWARD_TASK, dead_queue_take, place_order, publish, queue_depth, wait_until
 from orders.selectors import order_get

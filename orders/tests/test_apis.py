@@ -7,7 +7,7 @@ import unicodedata
 import pytest
 from rest_framework.test import APIClient
 
-from config.pagination import MAX_PAGE_SIZE
+from core.pagination import MAX_PAGE_SIZE
 from orders.apis import UNPRINTABLE_BMP
 from orders.models import Order
 from orders.services import order_create

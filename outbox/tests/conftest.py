@@ -14,7 +14,8 @@ import pytest
 from django.conf import settings
 from kombu import Connection
 
-from config.celery import CREDITS_QUEUE, OUTBOX_QUEUE, app
+from config.celery import app
+from core.contract import CREDITS_QUEUE, OUTBOX_QUEUE
 from outbox.ids import new_transaction_id
 from outbox.models import TransactionLog
 from tests.processes import service_env

@@ -130,7 +130,7 @@ def test_non_staff_are_sent_to_the_login_page(make_user, states):
 
 
 def test_filtered_pages_count_at_most_a_capped_number_of_rows(operator, states):
-    from config.admin import FastCountPaginator
+    from core.admin import FastCountPaginator
 
     class SmallCap(FastCountPaginator):
         count_cap = 3

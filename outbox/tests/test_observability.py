@@ -8,7 +8,7 @@ from django.test import Client
 from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
-from config.metrics import build_registry
+from core.metrics import build_registry
 from outbox.models import TransactionLog
 from outbox.tests.conftest import BASE_DIR, PYTHON, subprocess_env
 

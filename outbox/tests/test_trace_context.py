@@ -2,7 +2,7 @@
 
 import pytest
 
-from config.celery import CREATED_AT_HEADER
+from core.contract import CREATED_AT_HEADER
 from outbox.models import TransactionLog
 from outbox.relay import Publisher, claim_due, relay_batch
 from outbox.services import message_create

@@ -9,7 +9,8 @@ from django.db import connections
 from kombu import Connection
 from kombu.transport.native_delayed_delivery import level_name
 
-from config.celery import CREDITS_DEAD_QUEUE, CREDITS_QUEUE, OUTBOX_QUEUE, QUEUE_TYPE_QUORUM, task_queues
+from config.celery import task_queues
+from core.contract import CREDITS_DEAD_QUEUE, CREDITS_QUEUE, OUTBOX_QUEUE, QUEUE_TYPE_QUORUM
 from credits.models import DeadLetter, OrderCredit
 from credits.tests.support import DatabaseFaults, Worker, place_order, wait_until
 from outbox.relay import ClaimedMessage, Publisher

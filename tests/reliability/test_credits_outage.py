@@ -13,7 +13,7 @@ import requests
 from django.db import connections
 from rest_framework.authtoken.models import Token
 
-from config.celery import CREDITS_DEAD_QUEUE
+from core.contract import CREDITS_DEAD_QUEUE
 from credits.tests.support import queue_depth
 from tests.reliability.harness import Ledger, OrderStream, wait_for_credits, wait_until_credited
 

@@ -13,7 +13,8 @@ from django.db import connection
 from django.utils import timezone
 from rest_framework.authtoken.models import Token
 
-from config.celery import CREDITS_QUEUE, app
+from config.celery import app
+from core.contract import CREDITS_QUEUE
 from credits.models import OrderCredit
 from orders.models import Order
 from tests.reliability.harness import (

@@ -11,7 +11,7 @@ from django.db import connections
 from kombu import Connection, Exchange, Queue
 from rest_framework.authtoken.models import Token
 
-from config.celery import CREDITS_QUEUE, QUEUE_TYPE_QUORUM
+from core.contract import CREDITS_QUEUE, QUEUE_TYPE_QUORUM
 from credits.models import OrderCredit
 from tests.processes import free_port, service_env
 from tests.reliability.harness import Cluster, Ledger, OrderStream, wait_for_credits

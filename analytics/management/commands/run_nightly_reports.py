@@ -9,7 +9,7 @@ from django.utils import timezone
 from analytics import services
 from analytics.jobs import run_nightly
 from analytics.period import Period, parse_day
-from config.tracing import tracing_setup
+from core.tracing import tracing_setup
 
 
 class Command(BaseCommand):

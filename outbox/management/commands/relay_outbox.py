@@ -6,7 +6,7 @@ import threading
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
-from config.tracing import tracing_setup
+from core.tracing import tracing_setup
 from outbox.relay import BrokerUnavailable, Publisher, drain, run_relay_loop
 
 

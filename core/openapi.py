@@ -1,11 +1,11 @@
-"""What the OpenAPI document says about errors and links, in one place: the error bodies config.api answers with."""
+"""What the OpenAPI document says about errors and links, in one place: the error bodies core.api answers with."""
 
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse
 from rest_framework import serializers
 
 
 class ErrorSerializer(serializers.Serializer):
-    """The body of every error that is not a field validation error (what config.api.exception_handler sends)."""
+    """The body of every error that is not a field validation error (what core.api.exception_handler sends)."""
 
     detail = serializers.CharField()
 

@@ -13,7 +13,7 @@ from contextvars import ContextVar
 
 from django.core.signals import request_started
 
-from config.tracing import current_ids
+from core.tracing import current_ids
 
 LOG_FIELDS = ("trace_id", "span_id", "transaction_id")
 JSON_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s %(trace_id)s %(span_id)s %(transaction_id)s"
@@ -45,7 +45,7 @@ def transaction_unbind(**signal_kwargs) -> None:
 
 
 # A web thread serves request after request with the same context; the next request must not inherit an order's id.
-request_started.connect(transaction_unbind, dispatch_uid="config.logs.transaction_unbind")
+request_started.connect(transaction_unbind, dispatch_uid="core.logs.transaction_unbind")
 
 
 class TraceContextFilter(logging.Filter):

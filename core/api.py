@@ -8,7 +8,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from config.errors import ApplicationError
+from core.errors import ApplicationError
 
 DATABASE_RETRY_AFTER_SECONDS = 5
 

@@ -5,8 +5,9 @@ Relay counters (published, failed, dead) are incremented in whichever process re
 writes its counters there and this view sums them, so one scrape covers the host. Without it the view reports
 this process's own counters only. The gauges (outbox lag and dead rows, open credit dead letters) do not depend on
 that: they are read from the database at scrape time, so every replica reports the same, true value and nothing is
-lost when a relay restarts. They are registered on the registry built for each scrape, never on the default one,
-which the multiprocess collector does not read.
+lost when a relay restarts. Apps hand them over with ``collector_register`` from their AppConfig.ready; they are
+registered on the registry built for each scrape, never on the default one, which the multiprocess collector does
+not read.
 """
 
 import os
@@ -14,9 +15,15 @@ import os
 from django.http import HttpRequest, HttpResponse
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.multiprocess import MultiProcessCollector
+from prometheus_client.registry import Collector
 
-from credits.metrics import OpenDeadLettersCollector, counters_initialize
-from outbox.metrics import OutboxStateCollector
+# Collectors that read the database at scrape time, added by the apps.
+_scrape_collectors: list[Collector] = []
+
+
+def collector_register(collector: Collector) -> None:
+    """Add a collector read at every scrape of /metrics (a gauge computed from the database)."""
+    _scrape_collectors.append(collector)
 
 
 class _ProcessCounters:
@@ -33,13 +40,12 @@ def build_registry(*, multiprocess_dir: str | None = None) -> CollectorRegistry:
         MultiProcessCollector(registry, path=multiprocess_dir)
     else:
         registry.register(_ProcessCounters())
-    registry.register(OutboxStateCollector())
-    registry.register(OpenDeadLettersCollector())
+    for collector in _scrape_collectors:
+        registry.register(collector)
     return registry
 
 
 def metrics(request: HttpRequest) -> HttpResponse:
     """Expose the outbox and credits metrics in the Prometheus text format."""
-    counters_initialize()
     registry = build_registry(multiprocess_dir=os.environ.get("PROMETHEUS_MULTIPROC_DIR") or None)
     return HttpResponse(generate_latest(registry), content_type=CONTENT_TYPE_LATEST)

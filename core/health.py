@@ -1,18 +1,28 @@
-"""The /healthz probe: 200 when the database and the broker answer, 503 naming what failed; plus outbox backlog.
+"""The /healthz probe: 200 when the database and the broker answer, 503 naming what failed; plus what apps report.
 
 The credits service's database is reported but does not fail the probe: orders are still taken while it is down
-(their credits follow when it returns), so a load balancer must keep sending them.
+(their credits follow when it returns), so a load balancer must keep sending them. Apps add informational sections
+(the outbox its backlog) with ``section_register`` from their AppConfig.ready.
 """
+
+from collections.abc import Callable
 
 from django.conf import settings
 from django.db import connections
 from django.http import HttpRequest, JsonResponse
 from kombu import Connection
 
-from config.broker import connection_ensure
-from outbox.selectors import outbox_dead_count, outbox_lag_seconds
+from core.broker import connection_ensure
 
 BROKER_TIMEOUT_SECONDS = 2.0
+
+# Section name -> a function returning that section's report, read from the orders database.
+_sections: dict[str, Callable[[], dict]] = {}
+
+
+def section_register(name: str, report: Callable[[], dict]) -> None:
+    """Add an informational section to /healthz, reported while the orders database answers."""
+    _sections[name] = report
 
 
 def check_database(alias: str = "default") -> str | None:
@@ -42,5 +52,5 @@ def healthz(request: HttpRequest) -> JsonResponse:
     body = {"status": "ok" if not failed else "unavailable", "checks": {n: e or "ok" for n, e in checks.items()}}
     if not checks["database"]:
         # Informational: a backlog is the relay's problem to report, not a reason to take this process out of service.
-        body["outbox"] = {"lag_seconds": round(outbox_lag_seconds(), 3), "dead": outbox_dead_count()}
+        body.update({name: report() for name, report in _sections.items()})
     return JsonResponse(body, status=503 if failed else 200)

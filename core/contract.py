@@ -1,0 +1,41 @@
+"""What the order service and the credits service agree on: the message that crosses between them, and its names.
+
+The message is the only thing the two services share, so everything both sides must spell alike has its home here:
+the business name and schema version of an order's message, the transaction-id format, the bounds of an order's
+total, the queues and task names on the broker, and the header the relay adds. Imports nothing of the project.
+"""
+
+import re
+
+# transaction_log.business of an order's message (CONTRACT: tables).
+BUSINESS_ORDER = "order"
+# The payload's schema_version: a consumer refuses versions it does not know (a dead letter, no retries).
+SCHEMA_VERSION = 1
+# A transaction id: 48 bits of Unix milliseconds and 80 random bits, as 32 lowercase hex digits (outbox.ids).
+TRANSACTION_ID_LENGTH = 32
+TRANSACTION_ID = re.compile(rf"[0-9a-f]{{{TRANSACTION_ID_LENGTH}}}")
+# An order's total (quantity), as the API accepts it, the orders table constrains it and the consumer trusts it.
+ORDER_TOTAL_MIN, ORDER_TOTAL_MAX = 1, 10_000
+
+# Broker topology (declared by config/celery.py).
+OUTBOX_QUEUE = "outbox"
+CREDITS_QUEUE = "credits"
+CREDITS_DEAD_QUEUE = "credits.dead"
+CREDITS_DEAD_EXCHANGE = "credits.dlx"
+# The nightly run holds its worker for the whole Spark job (hours on a big day): on a queue of its own, with a
+# worker of its own, it can never stall the relay's wake-ups, sweeps and retention on `outbox`.
+ANALYTICS_QUEUE = "analytics"
+QUEUE_TYPE_CLASSIC = "classic"
+QUEUE_TYPE_QUORUM = "quorum"
+
+# A credits message header set by the relay: when its outbox row was written (Unix seconds), i.e. the order's commit
+# give or take the transaction's few milliseconds; the consumer measures the end-to-end latency from it.
+CREATED_AT_HEADER = "creditshop_created_at"
+
+# Celery task names: the tasks declare them, the relay and the wake-ups send them, beat schedules them.
+AWARD_CREDITS_TASK = "credits.award_credits"
+RELAY_TASK = "outbox.relay"
+SWEEP_TASK = "outbox.sweep"
+PURGE_PUBLISHED_TASK = "outbox.purge_published"
+PURGE_IDEMPOTENCY_KEYS_TASK = "orders.purge_idempotency_keys"
+RUN_NIGHTLY_TASK = "analytics.run_nightly"
