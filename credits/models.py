@@ -34,7 +34,8 @@ class CreditBalance(models.Model):
     """
 
     user_id = models.BigIntegerField(primary_key=True)
-    balance = models.PositiveBigIntegerField(default=0)
+    # A database default too: the award's plain INSERT of a missing row leaves the balance out.
+    balance = models.PositiveBigIntegerField(default=0, db_default=0)
     updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:

@@ -19,13 +19,14 @@ class TransactionLog(models.Model):
     foreign_key = models.CharField(max_length=64)
     payload = models.JSONField()
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.PENDING)
-    attempts = models.PositiveIntegerField(default=0)
+    # The delivery columns start at database defaults too: the order request's plain INSERT leaves them out.
+    attempts = models.PositiveIntegerField(default=0, db_default=0)
     next_attempt_at = models.DateTimeField(default=timezone.now)
     published_at = models.DateTimeField(null=True, blank=True)
-    last_error = models.TextField(blank=True, default="")
+    last_error = models.TextField(blank=True, default="", db_default="")
     created_at = models.DateTimeField(default=timezone.now)
-    discarded_reason = models.TextField(blank=True, default="")
-    discarded_by = models.CharField(max_length=150, blank=True, default="")
+    discarded_reason = models.TextField(blank=True, default="", db_default="")
+    discarded_by = models.CharField(max_length=150, blank=True, default="", db_default="")
     # The W3C trace context of the request that wrote the row, so the consumer's spans join that request's trace.
     # A database default too, so code from before these columns can still insert rows while a deploy rolls out.
     traceparent = models.CharField(
