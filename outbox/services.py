@@ -7,6 +7,7 @@ from datetime import datetime
 from django.db import connection, transaction
 from django.utils import timezone
 
+from core import sql
 from core.contract import SCHEMA_VERSION
 from core.errors import ApplicationError
 from core.retention import purge_in_batches
@@ -30,12 +31,22 @@ class DiscardReasonRequired(ApplicationError):
     status = 400
 
 
-# Part of the order request's hot path, so plain SQL like the order insert beside it (orders/services.py). The column
-# list follows outbox.models.TransactionLog; test_services reads the row back through the ORM.
-MESSAGE_INSERT = (
-    "INSERT INTO transaction_log (id, business, foreign_key, payload, status, attempts, next_attempt_at, last_error,"
-    " created_at, discarded_reason, discarded_by, traceparent, tracestate)"
-    " VALUES (%s, %s, %s, %s, %s, 0, %s, '', %s, '', '', %s, %s)"
+# Part of the order request's hot path, so plain SQL built from the model like the order insert beside it (core/sql.py
+# says why). The delivery columns (attempts, published_at, last_error, discarded_*) start at their database defaults;
+# test_services reads the row back through the ORM.
+MESSAGE_INSERT = sql.Insert(
+    TransactionLog,
+    (
+        "id",
+        "business",
+        "foreign_key",
+        "payload",
+        "status",
+        "next_attempt_at",
+        "created_at",
+        "traceparent",
+        "tracestate",
+    ),
 )
 
 
@@ -50,7 +61,7 @@ def message_create(*, transaction_id: str, business: str, foreign_key: str, payl
     traceparent, tracestate = current_trace_context()
     with connection.cursor() as cursor:
         cursor.execute(
-            MESSAGE_INSERT,
+            MESSAGE_INSERT.sql,
             [
                 transaction_id,
                 business,
@@ -64,19 +75,10 @@ def message_create(*, transaction_id: str, business: str, foreign_key: str, payl
             ],
         )
     transaction.on_commit(wake_relay, robust=True)
-    message = TransactionLog(
-        id=transaction_id,
-        business=business,
-        foreign_key=foreign_key,
-        payload=payload,
-        status=Status.PENDING,
-        next_attempt_at=now,
-        created_at=now,
-        traceparent=traceparent,
-        tracestate=tracestate,
+    return MESSAGE_INSERT.instance(
+        connection.alias,
+        [transaction_id, business, foreign_key, payload, Status.PENDING, now, now, traceparent, tracestate],
     )
-    message._state.adding, message._state.db = False, connection.alias  # as if read from the database
-    return message
 
 
 def wake_relay() -> None:

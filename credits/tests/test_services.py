@@ -43,6 +43,32 @@ def test_award_writes_twice_the_total_and_the_balance(user):
     assert credit_balance(user_id=user.pk) == 8
 
 
+def test_the_rows_written_read_back_through_the_orm(user):
+    order_id, payload = place_order(user=user, total=4)
+    services.credit_balance_ensure(user_id=user.pk)
+    created = CreditBalance.objects.get(user_id=user.pk)
+    assert created.balance == 0
+    before = timezone.now()
+    award(payload)
+
+    credit = OrderCredit.objects.get(order_id=order_id)
+    balance = CreditBalance.objects.get(user_id=user.pk)
+    assert {f.attname: getattr(credit, f.attname) for f in OrderCredit._meta.concrete_fields} == {
+        "id": credit.pk,
+        "user_id": user.pk,
+        "order_id": order_id,
+        "total": 8,
+        "transaction_id": payload["transaction_id"],
+        "created_at": balance.updated_at,
+    }
+    assert {f.attname: getattr(balance, f.attname) for f in CreditBalance._meta.concrete_fields} == {
+        "user_id": user.pk,
+        "balance": 8,
+        "updated_at": credit.created_at,
+    }
+    assert created.updated_at <= before <= credit.created_at <= timezone.now()
+
+
 def test_a_second_delivery_changes_nothing(user):
     order_id, payload = place_order(user=user, total=4)
     award(payload)
@@ -77,7 +103,7 @@ def test_the_award_never_touches_the_order_service_database(user):
         award(payload)
         award(payload)
     assert orders_side.captured_queries == []
-    assert any("INSERT INTO order_credits" in query["sql"] for query in credits_side.captured_queries)
+    assert any(query["sql"].startswith("INSERT INTO `order_credits`") for query in credits_side.captured_queries)
 
 
 def test_a_well_formed_message_is_trusted_even_for_an_order_this_service_cannot_see(user):

@@ -36,9 +36,11 @@ def test_the_rows_written_read_back_through_the_orm_as_the_returned_objects(user
 
     returned = placement.order
     stored = Order.objects.get(pk=returned.pk)
-    fields = ("id", "user_id", "goods_name", "total", "transaction_id", "created_at")
+    fields = [field.attname for field in Order._meta.concrete_fields]
     assert [getattr(stored, f) for f in fields] == [getattr(returned, f) for f in fields]
     assert stored.created_at.tzinfo is not None
+    assert (returned._state.adding, returned._state.db) == (False, stored._state.db)
+    assert returned.user is user
     message = TransactionLog.objects.get(pk=returned.transaction_id)
     assert (message.status, message.attempts, message.published_at, message.last_error) == ("pending", 0, None, "")
     assert message.created_at == message.next_attempt_at >= stored.created_at

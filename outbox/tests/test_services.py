@@ -3,14 +3,30 @@
 from datetime import timedelta
 
 import pytest
+from django.db import transaction
 from django.utils import timezone
 
 from outbox.models import TransactionLog
-from outbox.services import DiscardReasonRequired, messages_discard, messages_retry_now
+from outbox.services import DiscardReasonRequired, message_create, messages_discard, messages_retry_now
 
 Status = TransactionLog.Status
 
 pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_the_message_written_reads_back_through_the_orm_as_the_returned_object():
+    with transaction.atomic():
+        returned = message_create(
+            transaction_id="0" * 31 + "1", business="order", foreign_key="42", payload={"order_id": 42, "n": "é"}
+        )
+
+    stored = TransactionLog.objects.get(pk=returned.pk)
+    fields = [field.attname for field in TransactionLog._meta.concrete_fields]
+    assert [getattr(stored, f) for f in fields] == [getattr(returned, f) for f in fields]
+    assert (stored.status, stored.attempts, stored.published_at, stored.last_error) == (Status.PENDING, 0, None, "")
+    assert (stored.discarded_reason, stored.discarded_by) == ("", "")
+    assert stored.payload == {"schema_version": 1, "transaction_id": "0" * 31 + "1", "order_id": 42, "n": "é"}
+    assert (returned._state.adding, returned._state.db) == (False, stored._state.db)
 
 
 def test_retry_now_sends_pending_dead_and_discarded_rows_back_due_now(make_rows):

@@ -191,13 +191,15 @@ def test_one_trace_from_order_request_to_credit_through_retry_and_replay(cluster
     origin = {o["id"]: rows[o["transaction_id"]].traceparent.split("-")[1:3] for o in orders}
     assert all(len(trace_id) == 32 for trace_id, _ in origin.values()), origin
 
+    credit_insert = "INSERT INTO `order_credits`"
+
     def complete(spans: list[dict]) -> bool:
-        inserts = [s for s in spans if s["attributes"].get("db.statement", "").startswith("INSERT INTO order_credits")]
+        inserts = [s for s in spans if s["attributes"].get("db.statement", "").startswith(credit_insert)]
         return len(inserts) >= 3 and any(s["name"] == "credits.dead_letter.replay" for s in spans)
 
     spans = wait_until(lambda: complete(collector.snapshot()) and collector.snapshot(), timeout=60, what="the spans")
     by_id = {s["span_id"]: s for s in spans}
-    inserts = [s for s in spans if s["attributes"].get("db.statement", "").startswith("INSERT INTO order_credits")]
+    inserts = [s for s in spans if s["attributes"].get("db.statement", "").startswith(credit_insert)]
 
     for order in (awarded, retried):
         trace_id, request_span_id = origin[order["id"]]

@@ -1,0 +1,155 @@
+"""Plain-SQL statements for the hot paths, built from the models' metadata, and the instances they wrote.
+
+Why plain SQL: the order request and the credit award are the two paths whose CPU cost sets throughput, and the ORM
+spent more CPU building and compiling their statements than the database spent running them. Measured in process
+on the 2-core development VM (docs/PERFORMANCE.md): the three ORM inserts of an order cost about 0.8 ms of CPU,
+about three times the machine time of a whole two-insert transaction in the raw ceiling; the award cost 1.8 ms of
+Python CPU per award with the ORM and 0.4 ms with plain SQL through a cursor, and the consumer must drain 1,000
+awards/s on two cores it shares with MariaDB and RabbitMQ. (core/authentication.py does the same for the token
+look-up: 0.52 ms with the ORM, 0.10 ms raw.)
+
+Why from ``_meta``: a statement typed by hand drifts from its model without a sound. Here the table and every column
+come from the model (``db_table``, each field's ``column``, quoted by the database's ``quote_name``), built on first
+use and then kept for the life of the process: a call costs what the hand-typed string did. A column an INSERT does
+not write must be one the database fills the way the ORM would (a ``db_default``, NULL for a nullable field without
+a default, or the auto-increment key); building the statement fails otherwise, and tests/test_hot_path_sql.py builds
+every hot-path statement and checks it against its model. Instances come from ``Model.from_db``, as if read back.
+"""
+
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any
+
+from django.db import connections, router
+from django.db.models import Field, Model, Value
+
+
+def _field(model: type[Model], name: str) -> Field:
+    field = model._meta.get_field(name)
+    if not field.concrete:
+        raise ValueError(f"{model.__name__}.{name} has no column")
+    return field
+
+
+def _quote_name(model: type[Model]):
+    return connections[router.db_for_write(model)].ops.quote_name
+
+
+def _database_value(field: Field) -> tuple[bool, Any]:
+    """Return whether the database fills this column by itself as the ORM would write it, and with what value."""
+    if field is field.model._meta.auto_field:
+        return True, None
+    if field.has_db_default():
+        value = field.db_default
+        if isinstance(value, Value):
+            value = value.value
+        elif hasattr(value, "resolve_expression"):
+            return False, None  # an expression such as Now(): the value is the database's to know, not ours
+        if field.has_default() and (callable(field.default) or field.default != value):
+            return False, None  # an ORM insert would write something else
+        return True, value
+    if field.null and not field.has_default():
+        return True, None
+    return False, None
+
+
+class Insert:
+    """``INSERT INTO <table> (<columns of these fields>) VALUES (%s, ...)``, parameters in the order of the fields.
+
+    `keep_existing` adds ``ON DUPLICATE KEY UPDATE <pk> = <pk>``: a row already there stays as it is.
+    """
+
+    def __init__(self, model: type[Model], fields: Sequence[str], *, keep_existing: bool = False) -> None:
+        self.model = model
+        self.fields = tuple(fields)
+        self.keep_existing = keep_existing
+
+    @cached_property
+    def columns(self) -> tuple[str, ...]:
+        """The columns written, in parameter order."""
+        return tuple(_field(self.model, name).column for name in self.fields)
+
+    @cached_property
+    def sql(self) -> str:
+        self._row  # noqa: B018 (building it refuses a statement that leaves a column to no default)
+        qn = _quote_name(self.model)
+        meta = self.model._meta
+        columns = ", ".join(qn(column) for column in self.columns)
+        placeholders = ", ".join(["%s"] * len(self.columns))
+        # Identifiers come from model metadata, quoted; values are query parameters.
+        sql = f"INSERT INTO {qn(meta.db_table)} ({columns}) VALUES ({placeholders})"  # noqa: S608
+        if self.keep_existing:
+            sql += f" ON DUPLICATE KEY UPDATE {qn(meta.pk.column)} = {qn(meta.pk.column)}"
+        return sql
+
+    @cached_property
+    def _row(self) -> tuple[list[Any], tuple[int, ...], int | None]:
+        """Return every concrete field's value as the database fills it, where written values go, and the auto key's
+        position when the statement leaves the key to the database."""
+        concrete = self.model._meta.concrete_fields
+        written = {_field(self.model, name).attname: i for i, name in enumerate(self.fields)}
+        row, positions, pk_position = [], [0] * len(written), None
+        for position, field in enumerate(concrete):
+            if field.attname in written:
+                positions[written[field.attname]] = position
+                row.append(None)
+                continue
+            filled, value = _database_value(field)
+            if not filled:
+                raise ValueError(
+                    f"{self.model.__name__}.{field.name} ({field.column}): the INSERT neither writes it nor leaves it"
+                    " to a database default; write it, or give the field a db_default"
+                )
+            if field is self.model._meta.auto_field:
+                pk_position = position
+            row.append(value)
+        return row, tuple(positions), pk_position
+
+    def instance(self, using: str, values: Sequence[Any], *, pk: Any = None) -> Model:
+        """Return the model instance this statement wrote, as if read from database `using`.
+
+        `values` are the written fields' Python values (not the adapted parameters), in the statement's order;
+        `pk` is the key the database generated, when the statement left it out.
+        """
+        row, positions, pk_position = self._row
+        row = row.copy()
+        for position, value in zip(positions, values, strict=True):
+            row[position] = value
+        if pk_position is not None:
+            row[pk_position] = pk
+        return self.model.from_db(using, self._attnames, row)
+
+    @cached_property
+    def _attnames(self) -> tuple[str, ...]:
+        return tuple(field.attname for field in self.model._meta.concrete_fields)
+
+
+class Update:
+    """``UPDATE <table> SET <c> = <c> + %s, ..., <c> = %s, ... WHERE <c> = %s AND ...``.
+
+    Parameters in this order: the `increment` fields' amounts, the `assign` fields' values, the `where` fields' values.
+    """
+
+    def __init__(
+        self,
+        model: type[Model],
+        *,
+        increment: Sequence[str] = (),
+        assign: Sequence[str] = (),
+        where: Sequence[str],
+    ) -> None:
+        self.model = model
+        self.increment, self.assign, self.where = tuple(increment), tuple(assign), tuple(where)
+
+    @cached_property
+    def sql(self) -> str:
+        qn = _quote_name(self.model)
+
+        def column(name: str) -> str:
+            return qn(_field(self.model, name).column)
+
+        changes = [f"{column(name)} = {column(name)} + %s" for name in self.increment]
+        changes += [f"{column(name)} = %s" for name in self.assign]
+        conditions = " AND ".join(f"{column(name)} = %s" for name in self.where)
+        # Identifiers come from model metadata, quoted; values are query parameters.
+        return f"UPDATE {qn(self.model._meta.db_table)} SET {', '.join(changes)} WHERE {conditions}"  # noqa: S608

@@ -1,0 +1,128 @@
+"""The hot paths' plain SQL (core/sql.py) against the models: a model that gains a column fails here first."""
+
+import pytest
+from django.db import models
+from django.test.utils import isolate_apps
+
+from core import sql
+from credits.services import BALANCE_ADD, BALANCE_CREATE, CREDIT_INSERT
+from orders.services import IDEMPOTENCY_KEY_INSERT, ORDER_INSERT
+from outbox.services import MESSAGE_INSERT
+
+INSERTS = {
+    "order": ORDER_INSERT,
+    "idempotency key": IDEMPOTENCY_KEY_INSERT,
+    "outbox message": MESSAGE_INSERT,
+    "credit balance": BALANCE_CREATE,
+    "order credit": CREDIT_INSERT,
+}
+
+
+def columns_left_to_no_default(insert: sql.Insert) -> list[str]:
+    """Return the model's columns the INSERT neither writes nor leaves to a value the database gives by itself."""
+    meta = insert.model._meta
+    return [
+        field.column
+        for field in meta.concrete_fields
+        if field.column not in insert.columns
+        and not field.has_db_default()
+        and not (field.null and not field.has_default())
+        and field is not meta.auto_field
+    ]
+
+
+@pytest.mark.parametrize("insert", INSERTS.values(), ids=INSERTS.keys())
+def test_every_column_of_the_model_is_written_or_left_to_a_database_default(insert):
+    assert columns_left_to_no_default(insert) == []
+    assert insert.sql  # builds, which checks the same from the other side
+
+
+@pytest.mark.parametrize("insert", INSERTS.values(), ids=INSERTS.keys())
+def test_a_column_left_to_the_database_defaults_to_what_the_orm_would_write(insert):
+    for field in insert.model._meta.concrete_fields:
+        if field.column in insert.columns or not field.has_db_default():
+            continue
+        assert field.has_default(), f"{field}: an ORM insert would write no value the database default matches"
+        assert field.get_default() == getattr(field.db_default, "value", field.db_default), field
+
+
+def test_the_statements_name_the_models_tables_and_columns_quoted():
+    assert ORDER_INSERT.sql == (
+        "INSERT INTO `orders` (`user_id`, `goods_name`, `total`, `transaction_id`, `created_at`)"
+        " VALUES (%s, %s, %s, %s, %s)"
+    )
+    assert IDEMPOTENCY_KEY_INSERT.sql == (
+        "INSERT INTO `idempotency_keys` (`user_id`, `key`, `fingerprint`, `order_id`, `created_at`)"
+        " VALUES (%s, %s, %s, %s, %s)"
+    )
+    assert MESSAGE_INSERT.sql == (
+        "INSERT INTO `transaction_log` (`id`, `business`, `foreign_key`, `payload`, `status`, `next_attempt_at`,"
+        " `created_at`, `traceparent`, `tracestate`) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
+    )
+    assert BALANCE_CREATE.sql == (
+        "INSERT INTO `credit_balances` (`user_id`, `updated_at`) VALUES (%s, %s)"
+        " ON DUPLICATE KEY UPDATE `user_id` = `user_id`"
+    )
+    assert BALANCE_ADD.sql == (
+        "UPDATE `credit_balances` SET `balance` = `balance` + %s, `updated_at` = %s WHERE `user_id` = %s"
+    )
+    assert CREDIT_INSERT.sql == (
+        "INSERT INTO `order_credits` (`order_id`, `user_id`, `total`, `transaction_id`, `created_at`)"
+        " VALUES (%s, %s, %s, %s, %s)"
+    )
+
+
+def test_each_statement_is_built_once_per_process():
+    assert ORDER_INSERT.sql is ORDER_INSERT.sql
+    assert BALANCE_ADD.sql is BALANCE_ADD.sql
+
+
+@isolate_apps("orders")
+def test_a_column_added_to_a_model_without_a_database_default_is_caught():
+    class Parcel(models.Model):  # noqa: DJ008
+        label = models.CharField(max_length=10)
+        weight = models.PositiveIntegerField(default=1)  # a Python default only: the ORM writes it, SQL must too
+        note = models.TextField(default="", db_default="")
+        shipped_at = models.DateTimeField(null=True)
+
+        class Meta:
+            app_label = "orders"
+
+    insert = sql.Insert(Parcel, ("label",))
+    assert columns_left_to_no_default(insert) == ["weight"]
+    with pytest.raises(ValueError, match=r"Parcel\.weight \(weight\)"):
+        insert.sql  # noqa: B018
+
+    written = sql.Insert(Parcel, ("label", "weight"))
+    assert columns_left_to_no_default(written) == []
+    assert written.sql == "INSERT INTO `orders_parcel` (`label`, `weight`) VALUES (%s, %s)"
+
+
+@isolate_apps("orders")
+def test_a_database_default_the_orm_would_not_write_is_refused():
+    class Parcel(models.Model):  # noqa: DJ008
+        label = models.CharField(max_length=10, default="new", db_default="")
+
+        class Meta:
+            app_label = "orders"
+
+    with pytest.raises(ValueError, match="neither writes it"):
+        sql.Insert(Parcel, ()).sql  # noqa: B018
+
+
+@isolate_apps("orders")
+def test_the_instance_is_as_if_read_from_the_database():
+    class Parcel(models.Model):  # noqa: DJ008
+        label = models.CharField(max_length=10)
+        note = models.TextField(default="", db_default="")
+        weight = models.PositiveIntegerField(default=0, db_default=0)
+        shipped_at = models.DateTimeField(null=True)
+
+        class Meta:
+            app_label = "orders"
+
+    parcel = sql.Insert(Parcel, ("weight", "label")).instance("default", [3, "box"], pk=7)
+    assert (parcel.pk, parcel.label, parcel.note, parcel.weight, parcel.shipped_at) == (7, "box", "", 3, None)
+    assert (parcel._state.adding, parcel._state.db) == (False, "default")
+    with pytest.raises(ValueError):
+        sql.Insert(Parcel, ("weight", "label")).instance("default", [3], pk=7)
