@@ -395,7 +395,7 @@ def plant_inconsistencies(*, day: date, per_kind: int = 3, seed: int | None = No
 
         credits = OrderCredit.objects.filter(order_id__in=order_ids("credit_amount_mismatch"))
         expected["credit_amount_mismatch"] = sorted(credits.values_list("id", flat=True))
-        credits.update(credits_awarded=models.F("credits_awarded") + 1)
+        credits.update(amount=models.F("amount") + 1)
 
         orphans = OrderCredit.objects.filter(order_id__in=order_ids("orphan_credit"))
         expected["orphan_credit"] = sorted(orphans.values_list("id", flat=True))

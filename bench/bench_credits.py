@@ -348,13 +348,13 @@ def drain_once(args: argparse.Namespace, *, code_dir: Path | None = None, env: d
     sums = dict(
         OrderCredit.objects.filter(user_id__in=user_ids)
         .values("user_id")
-        .annotate(s=Sum("credits_awarded"))
+        .annotate(s=Sum("amount"))
         .values_list("user_id", "s")
     )
     balances = CreditBalance.objects.filter(user_id__in=user_ids).values_list("user_id", "balance")
     wrong_balances = sum(1 for user_id, balance in balances if balance != sums.get(user_id, 0))
     expected_total = 2 * sum(p["total"] for p in payloads)
-    awarded_total = sum(credits.values_list("credits_awarded", flat=True))
+    awarded_total = sum(credits.values_list("amount", flat=True))
     dead_letters = DeadLetter.objects.filter(order_id__gte=order_range[0], order_id__lte=order_range[1]).count()
     rate = rows / (span_us / 1e6) if span_us else float("inf")
 

@@ -108,6 +108,6 @@ class DeadLetterAdmin(ReadOnlyAdminMixin, FastListAdmin):
 
 @admin.register(OrderCredit)
 class OrderCreditAdmin(ReadOnlyAdminMixin, FastListAdmin):
-    list_display = ("id", "order_id", "user_id", "credits_awarded", "transaction_id", "created_at")
+    list_display = ("id", "order_id", "user_id", "amount", "transaction_id", "created_at")
     search_fields = ("=order_id", "=user_id", "=transaction_id")
     ordering = ("-id",)

@@ -87,7 +87,7 @@ def credits_database_wait(*, until: float) -> bool:
 # with the measurement); test_services reads the rows back through the ORM. The balance starts at its database default.
 BALANCE_CREATE = sql.Insert(CreditBalance, ("user_id", "updated_at"), keep_existing=True)
 BALANCE_ADD = sql.Update(CreditBalance, increment=("balance",), assign=("updated_at",), where=("user_id",))
-CREDIT_INSERT = sql.Insert(OrderCredit, ("order_id", "user_id", "credits_awarded", "transaction_id", "created_at"))
+CREDIT_INSERT = sql.Insert(OrderCredit, ("order_id", "user_id", "amount", "transaction_id", "created_at"))
 
 
 def credit_balance_ensure(*, user_id: int) -> None:

@@ -50,7 +50,7 @@ def test_repair_resets_rows_creates_missing_messages_and_explains_the_rest(order
     published, unlogged, credited, discarded, stuck = orders
     TransactionLog.objects.filter(id=published.transaction_id).update(status="published", published_at=timezone.now())
     log_of(unlogged).delete()
-    OrderCredit.objects.create(user_id=credited.user_id, order_id=credited.pk, credits_awarded=2 * credited.total)
+    OrderCredit.objects.create(user_id=credited.user_id, order_id=credited.pk, amount=2 * credited.total)
     TransactionLog.objects.filter(id=discarded.transaction_id).update(status="discarded", discarded_by="ops")
     TransactionLog.objects.filter(id=stuck.transaction_id).update(status="dead")
 
@@ -89,7 +89,7 @@ def test_a_stuck_row_published_meanwhile_is_left_alone(orders):
 
 def test_repair_only_reads_the_credits_database_and_writes_the_outbox(orders):
     credited, missing, stuck = orders[:3]
-    OrderCredit.objects.create(user_id=credited.user_id, order_id=credited.pk, credits_awarded=2 * credited.total)
+    OrderCredit.objects.create(user_id=credited.user_id, order_id=credited.pk, amount=2 * credited.total)
     TransactionLog.objects.filter(id=stuck.transaction_id).update(status="dead")
     with (
         CaptureQueriesContext(connections["credits"]) as on_credits,

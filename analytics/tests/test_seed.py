@@ -30,7 +30,7 @@ def test_seed_writes_orders_published_logs_and_matching_credits():
     orders = {o.pk: o for o in Order.objects.all()}
     for credit in OrderCredit.objects.all():
         order = orders[credit.order_id]
-        assert (credit.user_id, credit.credits_awarded, credit.transaction_id) == (
+        assert (credit.user_id, credit.amount, credit.transaction_id) == (
             order.user_id,
             2 * order.total,
             order.transaction_id,
@@ -83,7 +83,7 @@ def test_seeded_balances_equal_the_sum_of_credits():
     seed_demo_data(orders=300, days=2, users=7, end=END, seed=4)
     seed_demo_data(orders=200, days=2, users=7, end=END, seed=5)
 
-    sums = dict(OrderCredit.objects.values("user_id").annotate(s=Sum("credits_awarded")).values_list("user_id", "s"))
+    sums = dict(OrderCredit.objects.values("user_id").annotate(s=Sum("amount")).values_list("user_id", "s"))
     balances = dict(CreditBalance.objects.values_list("user_id", "balance"))
     assert sums and balances == sums
 
@@ -104,7 +104,7 @@ def test_plant_returns_what_it_broke():
     assert len(orphan_orders) == 2 and not Order.objects.filter(id__in=orphan_orders).exists()
     mismatched = OrderCredit.objects.filter(id__in=planted["credit_amount_mismatch"])
     totals = dict(Order.objects.filter(id__in=[c.order_id for c in mismatched]).values_list("id", "total"))
-    assert sorted(c.credits_awarded - 2 * totals[c.order_id] for c in mismatched) == [1, 1]
+    assert sorted(c.amount - 2 * totals[c.order_id] for c in mismatched) == [1, 1]
     assert set(TransactionLog.objects.filter(id__in=planted["stuck_outbox"]).values_list("status", flat=True)) == {
         "pending",
         "dead",

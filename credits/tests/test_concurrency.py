@@ -67,5 +67,5 @@ def test_a_concurrent_burst_for_one_new_user_loses_nothing_and_never_deadlocks(u
     entries = OrderCredit.objects.filter(user_id=user.pk)
     assert entries.count() == len(payloads)
     expected = 2 * sum(p["total"] for p in payloads)
-    assert entries.aggregate(s=Sum("credits_awarded"))["s"] == expected
+    assert entries.aggregate(s=Sum("amount"))["s"] == expected
     assert CreditBalance.objects.get(user_id=user.pk).balance == expected

@@ -39,7 +39,7 @@ def test_award_writes_twice_the_total_and_the_balance(user):
     result = award(payload)
     assert (result.created, result.amount) == (True, 8)
     credit = OrderCredit.objects.get(order_id=order_id)
-    assert (credit.user_id, credit.credits_awarded, credit.transaction_id) == (user.pk, 8, payload["transaction_id"])
+    assert (credit.user_id, credit.amount, credit.transaction_id) == (user.pk, 8, payload["transaction_id"])
     assert credit_balance(user_id=user.pk) == 8
 
 
@@ -57,7 +57,7 @@ def test_the_rows_written_read_back_through_the_orm(user):
         "id": credit.pk,
         "user_id": user.pk,
         "order_id": order_id,
-        "credits_awarded": 8,
+        "amount": 8,
         "transaction_id": payload["transaction_id"],
         "created_at": balance.updated_at,
     }
@@ -111,7 +111,7 @@ def test_a_well_formed_message_is_trusted_even_for_an_order_this_service_cannot_
     _, payload = place_order(user=user, total=3)
     unknown = {**payload, "order_id": payload["order_id"] + 1000, "total": 7}
     assert (award(unknown).created, award(unknown).amount) == (True, 14)
-    assert OrderCredit.objects.get(order_id=unknown["order_id"]).credits_awarded == 14
+    assert OrderCredit.objects.get(order_id=unknown["order_id"]).amount == 14
     assert credit_balance(user_id=user.pk) == 14
 
 

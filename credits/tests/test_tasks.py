@@ -108,7 +108,7 @@ def test_an_award_interrupted_by_an_outage_completes_once_the_database_answers(u
 
     with mock.patch.object(services, "credit_award", side_effect=flaky):
         assert run(payload).get() == "awarded"
-    assert OrderCredit.objects.get(order_id=payload["order_id"]).credits_awarded == 8
+    assert OrderCredit.objects.get(order_id=payload["order_id"]).amount == 8
     assert not DeadLetter.objects.exists()
 
 

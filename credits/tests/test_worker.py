@@ -124,7 +124,7 @@ def test_a_worker_killed_during_a_burst_loses_nothing_and_doubles_nothing(start_
     assert OrderCredit.objects.values("order_id").distinct().count() == len(payloads)
     for user in users:
         expected = 2 * sum(p["total"] for p in payloads if p["user_id"] == user.pk)
-        assert OrderCredit.objects.filter(user_id=user.pk).aggregate(s=Sum("credits_awarded"))["s"] == expected
+        assert OrderCredit.objects.filter(user_id=user.pk).aggregate(s=Sum("amount"))["s"] == expected
         assert balance(user) == expected
     assert not DeadLetter.objects.exists()
 
@@ -248,6 +248,6 @@ def test_balance_equals_the_sum_of_entries_after_a_concurrent_burst_for_one_user
     assert outcomes(*workers).count("awarded") == len(payloads)
     entries = OrderCredit.objects.filter(user_id=user.pk)
     assert entries.count() == len(payloads)
-    assert balance(user) == entries.aggregate(s=Sum("credits_awarded"))["s"] == 2 * sum(p["total"] for p in payloads)
+    assert balance(user) == entries.aggregate(s=Sum("amount"))["s"] == 2 * sum(p["total"] for p in payloads)
     assert not any(w.count("retry: Retry in") for w in workers), "no award should have needed a retry"
     assert_all_acknowledged(*workers)

@@ -105,7 +105,7 @@ def test_a_retry_waits_in_the_broker_not_in_the_worker(quorum, user):
     # The retry sits in a celery_delayed_* queue: the broker holds it, not the worker (an ETA task on classic queues).
     assert delayed_messages(cluster.broker_url) == 1
     wait_until(lambda: OrderCredit.objects.filter(order_id=order_id).exists(), timeout=30, what="the award")
-    assert OrderCredit.objects.get(order_id=order_id).credits_awarded == 10
+    assert OrderCredit.objects.get(order_id=order_id).amount == 10
     assert not DeadLetter.objects.exists()
 
 
@@ -179,7 +179,7 @@ def test_a_credits_database_outage_spends_no_delivery_and_makes_no_dead_letter(q
         wait_until(lambda: OrderCredit.objects.filter(order_id=order_id).exists(), timeout=60, what="the credit")
     finally:
         proxy.down()
-    assert OrderCredit.objects.get(order_id=order_id).credits_awarded == 10
+    assert OrderCredit.objects.get(order_id=order_id).amount == 10
     assert not DeadLetter.objects.exists()
     assert dead_messages(rabbit.broker_url) == []
     assert worker.count(r"retry: Retry in") == worker.count("put back on the queue"), "republished, not retried"

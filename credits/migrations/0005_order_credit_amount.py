@@ -18,6 +18,6 @@ class Migration(migrations.Migration):
         migrations.RenameField(
             model_name='ordercredit',
             old_name='total',
-            new_name='credits_awarded',
+            new_name='amount',
         ),
     ]
