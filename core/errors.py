@@ -10,3 +10,9 @@ class ApplicationError(Exception):
         super().__init__(message)
         self.message = message
         self.extra = extra or {}
+
+
+class ReasonRequired(ApplicationError):
+    """An operator's action that must say why (discarding a message or a dead letter) was given no reason."""
+
+    status = 400

@@ -7,7 +7,7 @@ service's database, so they are referred to by plain ids: no foreign key, no joi
 from django.db import models
 from django.utils import timezone
 
-from core.tracing import TRACEPARENT_MAX, TRACESTATE_MAX
+from core.models import trace_context_fields
 
 
 class OrderCredit(models.Model):
@@ -84,12 +84,7 @@ class DeadLetter(models.Model):
     discarded_by = models.CharField(max_length=150, blank=True, default="")
     discarded_reason = models.TextField(blank=True, default="")
     # The trace context the message arrived in (the order request's trace), so a replay's span can link to it.
-    traceparent = models.CharField(
-        max_length=TRACEPARENT_MAX, blank=True, default="", db_default="", db_collation="ascii_bin"
-    )
-    tracestate = models.CharField(
-        max_length=TRACESTATE_MAX, blank=True, default="", db_default="", db_collation="ascii_bin"
-    )
+    traceparent, tracestate = trace_context_fields()
 
     class Meta:
         db_table = "credit_dead_letters"

@@ -41,7 +41,7 @@ from django.utils import timezone
 
 from core import sql
 from core.contract import TRANSACTION_ID
-from core.errors import ApplicationError
+from core.errors import ReasonRequired
 from core.retention import purge_in_batches
 from credits.messages import award_message_parse
 from credits.models import CreditBalance, DeadLetter, OrderCredit
@@ -246,15 +246,11 @@ def dead_letter_replay(*, dead_letter_id: int, by: str) -> Replay:
     return Replay(dead_letter_id=dead_letter_id, outcome=outcome)
 
 
-class DiscardReasonRequired(ApplicationError):
-    status = 400
-
-
 def dead_letters_discard(*, dead_letter_ids: Iterable[int], by: str, reason: str) -> int:
     """Mark the open dead letters among these discarded, with who, when and why; return how many changed."""
     reason = reason.strip()
     if not reason:
-        raise DiscardReasonRequired("A reason is required to discard a dead letter.")
+        raise ReasonRequired("A reason is required to discard a dead letter.")
     return DeadLetter.objects.filter(pk__in=list(dead_letter_ids), status=DeadLetter.Status.OPEN).update(
         status=DeadLetter.Status.DISCARDED, discarded_at=timezone.now(), discarded_by=by, discarded_reason=reason
     )

@@ -3,7 +3,7 @@
 from django.db import models
 from django.utils import timezone
 
-from core.tracing import TRACEPARENT_MAX, TRACESTATE_MAX
+from core.models import trace_context_fields
 
 
 class TransactionLog(models.Model):
@@ -27,14 +27,8 @@ class TransactionLog(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     discarded_reason = models.TextField(blank=True, default="", db_default="")
     discarded_by = models.CharField(max_length=150, blank=True, default="", db_default="")
-    # The W3C trace context of the request that wrote the row, so the consumer's spans join that request's trace.
-    # A database default too, so code from before these columns can still insert rows while a deploy rolls out.
-    traceparent = models.CharField(
-        max_length=TRACEPARENT_MAX, blank=True, default="", db_default="", db_collation="ascii_bin"
-    )
-    tracestate = models.CharField(
-        max_length=TRACESTATE_MAX, blank=True, default="", db_default="", db_collation="ascii_bin"
-    )
+    # The trace context of the request that wrote the row, so the consumer's spans join that request's trace.
+    traceparent, tracestate = trace_context_fields()
 
     class Meta:
         db_table = "transaction_log"

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from core import sql
 from core.contract import SCHEMA_VERSION
-from core.errors import ApplicationError
+from core.errors import ReasonRequired
 from core.retention import purge_in_batches
 from core.tracing import current_trace_context
 from outbox import wakeup
@@ -25,10 +25,6 @@ RETRYABLE = (Status.PENDING, Status.DEAD, Status.DISCARDED)
 # by a person, with a reason; a repair must not overrule that.
 REPUBLISHABLE = (Status.PENDING, Status.DEAD, Status.PUBLISHED)
 DISCARDABLE = (Status.PENDING, Status.DEAD)
-
-
-class DiscardReasonRequired(ApplicationError):
-    status = 400
 
 
 # Part of the order request's hot path, so plain SQL built from the model like the order insert beside it (core/sql.py
@@ -111,7 +107,7 @@ def messages_discard(*, ids: Iterable[str], reason: str, actor: str) -> int:
     """Take the given pending or dead rows out of the relay for good, recording why and who. Return rows changed."""
     reason = reason.strip()
     if not reason:
-        raise DiscardReasonRequired("Discarding a message needs a reason.")
+        raise ReasonRequired("Discarding a message needs a reason.")
     ids = list(ids)
     if not ids:
         return 0

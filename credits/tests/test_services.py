@@ -3,6 +3,7 @@ from django.db import connections
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from core.errors import ReasonRequired
 from credits import services
 from credits.models import CreditBalance, DeadLetter, OrderCredit
 from credits.selectors import credit_balance
@@ -184,7 +185,7 @@ def test_discard_needs_a_reason_and_changes_only_open_rows(user):
     record(first)
     record(second)
     one, two = DeadLetter.objects.order_by("pk").values_list("pk", flat=True)
-    with pytest.raises(services.DiscardReasonRequired):
+    with pytest.raises(ReasonRequired):
         services.dead_letters_discard(dead_letter_ids=[one], by="ops", reason="   ")
     services.dead_letter_replay(dead_letter_id=two, by="ops")
     assert services.dead_letters_discard(dead_letter_ids=[one, two], by="ops", reason="duplicate order") == 1

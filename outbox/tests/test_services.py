@@ -6,8 +6,9 @@ import pytest
 from django.db import transaction
 from django.utils import timezone
 
+from core.errors import ReasonRequired
 from outbox.models import TransactionLog
-from outbox.services import DiscardReasonRequired, message_create, messages_discard, messages_retry_now
+from outbox.services import message_create, messages_discard, messages_retry_now
 
 Status = TransactionLog.Status
 
@@ -61,6 +62,6 @@ def test_discard_records_reason_and_actor_and_leaves_published_rows_alone(make_r
 
 def test_discard_needs_a_reason(make_rows):
     ids = make_rows(1)
-    with pytest.raises(DiscardReasonRequired):
+    with pytest.raises(ReasonRequired):
         messages_discard(ids=ids, reason="   ", actor="alice")
     assert TransactionLog.objects.get(id=ids[0]).status == Status.PENDING
