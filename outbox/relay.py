@@ -16,7 +16,6 @@ runs out and are published a second time. That duplicate is the price of at-leas
 """
 
 import logging
-import random
 import socket
 import threading
 import time
@@ -37,6 +36,7 @@ from kombu.exceptions import OperationalError
 from kombu.serialization import dumps
 
 from core import tracing
+from core.backoff import backoff_delay
 from core.broker import connection_ensure
 from core.contract import AWARD_CREDITS_TASK, CREATED_AT_HEADER, CREDITS_DEAD_QUEUE, CREDITS_QUEUE
 from outbox import metrics
@@ -111,10 +111,9 @@ class ConfirmTimeout(TimeoutError):
 
 def retry_delay(attempts: int) -> float:
     """Return the seconds to wait before publishing again a message that has failed `attempts` times."""
-    ceiling = min(
-        settings.OUTBOX_BACKOFF_MAX_SECONDS, settings.OUTBOX_BACKOFF_BASE_SECONDS * 2 ** min(max(attempts, 1) - 1, 60)
+    return backoff_delay(
+        max(attempts, 1) - 1, base=settings.OUTBOX_BACKOFF_BASE_SECONDS, cap=settings.OUTBOX_BACKOFF_MAX_SECONDS
     )
-    return ceiling / 2 + random.uniform(0, ceiling / 2)
 
 
 def claim_due(*, limit: int, lease_seconds: float | None = None) -> Claim:
@@ -612,8 +611,7 @@ class OutageLog:
 
 def outage_backoff(failures: int, *, cap: float = 30.0) -> float:
     """Return how long to wait after `failures` consecutive failed attempts to reach the broker or database."""
-    ceiling = min(cap, 0.5 * 2 ** min(failures - 1, 10))
-    return ceiling / 2 + random.uniform(0, ceiling / 2)
+    return backoff_delay(failures - 1, base=0.5, cap=cap)
 
 
 IDLE_FIRST_SECONDS = 0.05

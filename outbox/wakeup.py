@@ -20,6 +20,7 @@ from celery import current_app as app
 from django.conf import settings
 from kombu import Producer
 
+from core.backoff import backoff_delay
 from core.broker import connection_ensure
 from core.contract import OUTBOX_QUEUE, RELAY_TASK
 from outbox.relay import BROKER_ERRORS, OutageLog, close_connection
@@ -99,7 +100,9 @@ class RelayWaker:
                 self._drop_connection()
                 self._outage.failed(exc)
                 self._failures += 1
-                time.sleep(min(FAILURE_BACKOFF_MAX, FAILURE_BACKOFF_FIRST * 2 ** min(self._failures - 1, 10)))
+                time.sleep(
+                    backoff_delay(self._failures - 1, base=FAILURE_BACKOFF_FIRST, cap=FAILURE_BACKOFF_MAX, jitter=False)
+                )
             except Exception:
                 self._drop_connection()
                 logger.exception("relay wake-up failed")
