@@ -21,9 +21,9 @@ from django.conf import settings
 from kombu import Producer
 
 from core.backoff import backoff_delay
-from core.broker import connection_ensure
+from core.broker import BROKER_ERRORS, close_connection, connection_ensure
 from core.contract import OUTBOX_QUEUE, RELAY_TASK
-from outbox.relay import BROKER_ERRORS, OutageLog, close_connection
+from outbox.outage import OutageLog
 
 logger = logging.getLogger(__name__)
 
