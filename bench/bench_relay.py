@@ -131,7 +131,7 @@ def bench_no_database(messages: list[ClaimedMessage], channel, window: int, preb
     with app.connection_for_write(transport_options={"confirm_publish": False}) as conn:
         conn.ensure_connection()
         raw = conn.connection
-        raw.client_properties.get("capabilities", {})["connection.blocked"] = False  # as the relay does
+        raw.client_properties["capabilities"]["connection.blocked"] = False  # as the relay does
         ch = raw.channel()
         ch.confirm_select()
         acked = [0]

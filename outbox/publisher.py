@@ -92,17 +92,22 @@ class Publisher:
             for queue in self._queues_to_declare():
                 queue(channel).declare()
             channel.confirm_select()
+            # py-amqp polls the socket before every publish when connection.blocked was negotiated, to notice the
+            # broker's flow control early; a fifth of the relay's CPU per message. We read once per batch anyway
+            # (the confirm wait, where a connection.blocked frame is still handled), and a blocked broker stalls our
+            # writes into the socket's write timeout. The broker is not told anything different.
+            # This is py-amqp's internal (amqp is pinned in requirements.txt): indexed, not .get(), so a version
+            # that stores it elsewhere fails here with a KeyError instead of silently polling again
+            # (outbox/tests/test_publisher.py checks it still works).
+            capabilities = conn.connection.client_properties["capabilities"]
+            if capabilities["connection.blocked"]:
+                capabilities["connection.blocked"] = False
         except BaseException:
             close_connection(conn, graceful=False)
             raise
         channel.events["basic_ack"].add(self._on_ack)
         channel.events["basic_nack"].add(self._on_nack)
         channel.events["basic_return"].add(self._on_return)
-        # py-amqp polls the socket before every publish when connection.blocked was negotiated, to notice the
-        # broker's flow control early; a fifth of the relay's CPU per message. We read once per batch anyway (the
-        # confirm wait, where a connection.blocked frame is still handled), and a blocked broker stalls our writes
-        # into the socket's write timeout. The broker is not told anything different.
-        conn.connection.client_properties.get("capabilities", {})["connection.blocked"] = False
         self._conn, self._channel, self._next_tag = conn, channel, 0
 
     def close(self, *, graceful: bool = True) -> None:
