@@ -33,6 +33,11 @@ SEND_TIMEOUT_SECONDS = 2.0
 FAILURE_BACKOFF_FIRST, FAILURE_BACKOFF_MAX = 1.0, 30.0
 
 
+def failure_backoff(failures: int) -> float:
+    """Return how long the wake-up thread pauses after `failures` failed sends in a row (doubling, capped)."""
+    return backoff_delay(failures - 1, base=FAILURE_BACKOFF_FIRST, cap=FAILURE_BACKOFF_MAX, jitter=False)
+
+
 @functools.cache
 def _wake_message() -> tuple[dict, str]:
     """Return the headers and JSON body of an ``outbox.relay`` task message, built once by Celery itself.
@@ -100,9 +105,7 @@ class RelayWaker:
                 self._drop_connection()
                 self._outage.failed(exc)
                 self._failures += 1
-                time.sleep(
-                    backoff_delay(self._failures - 1, base=FAILURE_BACKOFF_FIRST, cap=FAILURE_BACKOFF_MAX, jitter=False)
-                )
+                time.sleep(failure_backoff(self._failures))
             except Exception:
                 self._drop_connection()
                 logger.exception("relay wake-up failed")
