@@ -24,7 +24,8 @@ POLLER = """
 import os, time, django
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django.setup()
-from outbox.relay import Publisher, drain
+from outbox.drain import drain
+from outbox.publisher import Publisher
 publisher = Publisher()
 while True:
     drain(publisher)

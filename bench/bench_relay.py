@@ -44,9 +44,10 @@ from config.celery import app  # noqa: E402
 from core.contract import CREDITS_QUEUE, OUTBOX_QUEUE  # noqa: E402
 from orders.services import order_create  # noqa: E402
 from outbox import wakeup  # noqa: E402
+from outbox.claims import ClaimedMessage  # noqa: E402
 from outbox.ids import new_transaction_id  # noqa: E402
+from outbox.messages import build_task_message  # noqa: E402
 from outbox.models import TransactionLog  # noqa: E402
-from outbox.relay import ClaimedMessage, build_task_message  # noqa: E402
 
 BENCH_BUSINESS = "bench"
 
@@ -130,7 +131,7 @@ def bench_no_database(messages: list[ClaimedMessage], channel, window: int, preb
     with app.connection_for_write(transport_options={"confirm_publish": False}) as conn:
         conn.ensure_connection()
         raw = conn.connection
-        raw.client_properties.get("capabilities", {})["connection.blocked"] = False  # as the relay does
+        raw.client_properties["capabilities"]["connection.blocked"] = False  # as the relay does
         ch = raw.channel()
         ch.confirm_select()
         acked = [0]

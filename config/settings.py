@@ -196,7 +196,7 @@ OUTBOX_STUCK_SECONDS = env_int("OUTBOX_STUCK_SECONDS", 300, minimum=1)
 # Must exceed the confirm timeout plus the time to mark a batch.
 OUTBOX_LEASE_SECONDS = env_float("OUTBOX_LEASE_SECONDS", 60.0, minimum=1.0)
 OUTBOX_CONFIRM_TIMEOUT_SECONDS = env_float("OUTBOX_CONFIRM_TIMEOUT_SECONDS", 10.0, minimum=0.1)
-# Failed publishes wait base * 2^(attempts-1) seconds, capped, with jitter (see outbox.relay.retry_delay).
+# Failed publishes wait base * 2^(attempts-1) seconds, capped, with jitter (see outbox/retry.py).
 OUTBOX_BACKOFF_BASE_SECONDS = env_float("OUTBOX_BACKOFF_BASE_SECONDS", 2.0, minimum=0.01)
 OUTBOX_BACKOFF_MAX_SECONDS = env_float("OUTBOX_BACKOFF_MAX_SECONDS", 600.0, minimum=0.01)
 # The dedicated relay loop polls at most this far apart when nothing is due.

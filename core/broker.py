@@ -1,6 +1,16 @@
-"""Connecting to the broker when CELERY_BROKER_URL names several nodes of a cluster ("amqp://h1;amqp://h2;...")."""
+"""Connecting to the broker (CELERY_BROKER_URL may name several nodes: "amqp://h1;amqp://h2;..."), and letting go."""
 
+import logging
+
+from amqp.exceptions import AMQPError
 from kombu import Connection
+from kombu.exceptions import OperationalError
+
+logger = logging.getLogger(__name__)
+
+# What a lost or refused broker connection raises: kombu wraps connect failures, py-amqp raises protocol errors,
+# and socket failures (refused, reset, timed out) are OSErrors.
+BROKER_ERRORS = (OperationalError, AMQPError, OSError)
 
 
 def connection_ensure(conn: Connection, *, timeout: float | None = None) -> Connection:
@@ -16,3 +26,22 @@ def connection_ensure(conn: Connection, *, timeout: float | None = None) -> Conn
         interval_step=0,
         timeout=timeout,
     )
+
+
+def close_connection(conn, *, graceful: bool = True, timeout: float = 2.0) -> None:
+    """Close a kombu connection without ever blocking on a broker that stopped answering.
+
+    The AMQP close handshake waits for the broker's reply with no time limit, so it is bounded here, and skipped
+    (the socket is just closed) when the connection already failed.
+    """
+    try:
+        if graceful and conn.connected:
+            conn.connection.transport.sock.settimeout(timeout)
+            conn.release()
+            return
+    except (*BROKER_ERRORS, AttributeError):
+        logger.debug("graceful close of a broker connection failed", exc_info=True)
+    try:
+        conn.collect()
+    except (*BROKER_ERRORS, AttributeError):
+        logger.debug("error dropping a broker connection", exc_info=True)

@@ -8,15 +8,15 @@ It follows the design the service comes from (reconsume up to 3 times, then the 
 - An outage is not the message's fault: while the credits database cannot be reached, the consumer waits for it
   (credits.tasks) and then puts the message back on the queue, spending none of its retries; consumption slows to
   one connection attempt a second until the database answers, and no message turns into a dead letter meanwhile.
-- Backoff: capped exponential with equal jitter; retry n (0-based) waits d/2 + uniform(0, d/2) seconds, where
-  d = min(CREDITS_RETRY_MAX_SECONDS, CREDITS_RETRY_BASE_SECONDS * 2**n). Half of each delay is fixed, so delays
-  grow from one retry to the next; the random half spreads a burst of failures so they do not retry in lockstep.
+- Backoff: capped exponential with equal jitter (core/backoff.py); retry n (0-based) waits d/2 + uniform(0, d/2)
+  seconds, where d = min(CREDITS_RETRY_MAX_SECONDS, CREDITS_RETRY_BASE_SECONDS * 2**n). Half of each delay is fixed,
+  so delays grow from one retry to the next; the random half spreads a burst of failures so they do not retry in
+  lockstep.
 - Limit: CREDITS_MAX_RETRIES retries after the first attempt; after the last, the message is dead-lettered.
   The same limit bounds redeliveries (a message a worker died holding, counted by quorum queues): one redelivered
   more often is dead-lettered without being tried (credits/tasks.py), as a permanent, unexpected failure.
 """
 
-import random
 from dataclasses import dataclass
 
 import MySQLdb
@@ -24,6 +24,7 @@ from django.conf import settings
 from django.db import Error as DatabaseError
 from django.db import InterfaceError
 
+from core.backoff import backoff_delay
 from credits.errors import MalformedMessage, Redelivered, UnsupportedSchemaVersion
 from credits.models import DeadLetter
 
@@ -110,5 +111,4 @@ def retry_allowed(failure: Failure, *, retries: int) -> bool:
 
 def retry_delay(retries: int) -> float:
     """Return the seconds to wait before retry number `retries` (0-based), capped and jittered."""
-    ceiling = min(settings.CREDITS_RETRY_MAX_SECONDS, settings.CREDITS_RETRY_BASE_SECONDS * 2 ** min(retries, 32))
-    return ceiling / 2 + random.uniform(0, ceiling / 2)
+    return backoff_delay(retries, base=settings.CREDITS_RETRY_BASE_SECONDS, cap=settings.CREDITS_RETRY_MAX_SECONDS)

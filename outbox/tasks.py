@@ -11,7 +11,9 @@ from django.utils import timezone
 
 from core.contract import PURGE_PUBLISHED_TASK, RELAY_TASK, SWEEP_TASK
 from core.retention import PURGE_MAX_BATCHES
-from outbox.relay import BrokerUnavailable, OutageLog, Publisher, drain
+from outbox.drain import BrokerUnavailable, drain
+from outbox.outage import OutageLog
+from outbox.publisher import Publisher
 from outbox.services import messages_purge_published
 
 logger = logging.getLogger(__name__)

@@ -20,9 +20,10 @@ from celery import current_app as app
 from django.conf import settings
 from kombu import Producer
 
-from core.broker import connection_ensure
+from core.backoff import backoff_delay
+from core.broker import BROKER_ERRORS, close_connection, connection_ensure
 from core.contract import OUTBOX_QUEUE, RELAY_TASK
-from outbox.relay import BROKER_ERRORS, OutageLog, close_connection
+from outbox.outage import OutageLog
 
 logger = logging.getLogger(__name__)
 
@@ -30,6 +31,11 @@ logger = logging.getLogger(__name__)
 WAKE_EXPIRES_SECONDS = 60
 SEND_TIMEOUT_SECONDS = 2.0
 FAILURE_BACKOFF_FIRST, FAILURE_BACKOFF_MAX = 1.0, 30.0
+
+
+def failure_backoff(failures: int) -> float:
+    """Return how long the wake-up thread pauses after `failures` failed sends in a row (doubling, capped)."""
+    return backoff_delay(failures - 1, base=FAILURE_BACKOFF_FIRST, cap=FAILURE_BACKOFF_MAX, jitter=False)
 
 
 @functools.cache
@@ -99,7 +105,7 @@ class RelayWaker:
                 self._drop_connection()
                 self._outage.failed(exc)
                 self._failures += 1
-                time.sleep(min(FAILURE_BACKOFF_MAX, FAILURE_BACKOFF_FIRST * 2 ** min(self._failures - 1, 10)))
+                time.sleep(failure_backoff(self._failures))
             except Exception:
                 self._drop_connection()
                 logger.exception("relay wake-up failed")

@@ -13,7 +13,8 @@ import django
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     django.setup()
-    from outbox.relay import Publisher, claim_due
+    from outbox.claims import claim_due
+    from outbox.publisher import Publisher
 
     limit, lease_seconds = int(sys.argv[1]), float(sys.argv[2])
     claim = claim_due(limit=limit, lease_seconds=lease_seconds)

@@ -7,8 +7,9 @@ from collections import Counter
 import pytest
 from django.db import connections
 
+from outbox.drain import drain
 from outbox.models import TransactionLog
-from outbox.relay import Publisher, drain
+from outbox.publisher import Publisher
 from outbox.tests.conftest import BASE_DIR, PYTHON, subprocess_env
 
 pytestmark = pytest.mark.django_db(transaction=True)

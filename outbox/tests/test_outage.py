@@ -12,8 +12,11 @@ from django.test import override_settings
 
 from orders.services import order_create
 from outbox import wakeup
+from outbox.claims import claim_due, release_claim
+from outbox.drain import BrokerUnavailable, drain
+from outbox.loop import run_relay_loop
 from outbox.models import TransactionLog
-from outbox.relay import BrokerUnavailable, Publisher, claim_due, drain, release_claim, run_relay_loop
+from outbox.publisher import Publisher
 from outbox.tests.conftest import BASE_DIR, PYTHON, closed_port_url, subprocess_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -41,7 +44,7 @@ def test_relay_loop_backs_off_during_an_outage_and_drains_when_the_broker_return
             published=run_relay_loop(stop=stop, publisher=Publisher(url=broker_proxy.url, connect_timeout=0.5))
         )
     )
-    caplog.set_level(logging.WARNING, logger="outbox.relay")
+    caplog.set_level(logging.WARNING, logger="outbox.loop")
     loop.start()
     try:
         time.sleep(2.0)

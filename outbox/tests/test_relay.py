@@ -10,16 +10,12 @@ from django.utils import timezone
 from kombu import Exchange, Queue
 
 from outbox import metrics
+from outbox.claims import claim_due
+from outbox.drain import drain, relay_batch
+from outbox.marks import mark_failed, mark_published
 from outbox.models import TransactionLog
-from outbox.relay import (
-    Publisher,
-    claim_due,
-    drain,
-    mark_failed,
-    mark_published,
-    relay_batch,
-    retry_delay,
-)
+from outbox.publisher import Publisher
+from outbox.retry import retry_delay
 from outbox.services import messages_retry_now
 
 Status = TransactionLog.Status

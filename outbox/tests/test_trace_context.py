@@ -3,8 +3,10 @@
 import pytest
 
 from core.contract import CREATED_AT_HEADER
+from outbox.claims import claim_due
+from outbox.drain import relay_batch
 from outbox.models import TransactionLog
-from outbox.relay import Publisher, claim_due, relay_batch
+from outbox.publisher import Publisher
 from outbox.services import message_create
 
 pytestmark = pytest.mark.django_db(transaction=True)

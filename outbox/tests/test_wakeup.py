@@ -9,8 +9,9 @@ from django.db import transaction
 
 from orders.services import order_create
 from outbox import wakeup
+from outbox.drain import drain
 from outbox.ids import new_transaction_id
-from outbox.relay import Publisher, drain
+from outbox.publisher import Publisher
 from outbox.services import message_create, messages_retry_now
 from outbox.tests.conftest import BASE_DIR, PYTHON, subprocess_env
 

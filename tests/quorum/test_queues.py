@@ -13,7 +13,8 @@ from config.celery import task_queues
 from core.contract import CREDITS_DEAD_QUEUE, CREDITS_QUEUE, OUTBOX_QUEUE, QUEUE_TYPE_QUORUM
 from credits.models import DeadLetter, OrderCredit
 from credits.tests.support import DatabaseFaults, Worker, place_order, wait_until
-from outbox.relay import ClaimedMessage, Publisher
+from outbox.claims import ClaimedMessage
+from outbox.publisher import Publisher
 from outbox.tests.conftest import BrokerProxy
 from tests.processes import database_url, free_port
 

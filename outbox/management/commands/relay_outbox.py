@@ -7,7 +7,9 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from core.tracing import tracing_setup
-from outbox.relay import BrokerUnavailable, Publisher, drain, run_relay_loop
+from outbox.drain import BrokerUnavailable, drain
+from outbox.loop import run_relay_loop
+from outbox.publisher import Publisher
 
 
 class Command(BaseCommand):

@@ -1,0 +1,62 @@
+"""The dedicated relay's loop: drain what is due, poll less often while idle, back off through outages."""
+
+import logging
+import threading
+
+from django.conf import settings
+from django.db import DatabaseError, close_old_connections, connections
+
+from outbox.drain import BrokerUnavailable, drain
+from outbox.outage import OutageLog, outage_backoff
+from outbox.publisher import Publisher
+
+logger = logging.getLogger(__name__)
+
+IDLE_FIRST_SECONDS = 0.05
+
+
+def run_relay_loop(
+    *,
+    stop: threading.Event,
+    publisher: Publisher | None = None,
+    batch_size: int | None = None,
+    idle_seconds: float | None = None,
+) -> int:
+    """Relay until `stop` is set, finishing the batch in hand; return how many messages were published.
+
+    When nothing is due the poll interval doubles from 50 ms up to OUTBOX_IDLE_SECONDS; while the broker or the
+    database is down it backs off up to 30 s, warning once per outage and then once a minute.
+    """
+    publisher = publisher or Publisher()
+    idle_max = idle_seconds or settings.OUTBOX_IDLE_SECONDS
+    idle = IDLE_FIRST_SECONDS
+    broker, database = OutageLog("broker", log=logger), OutageLog("database", log=logger)
+    broker_failures = database_failures = 0
+    total = 0
+    try:
+        while not stop.is_set():
+            close_old_connections()
+            try:
+                published = drain(publisher, batch_size=batch_size, should_stop=stop.is_set)
+            except BrokerUnavailable as exc:
+                total += exc.published
+                broker.failed(exc)
+                broker_failures += 1
+                stop.wait(outage_backoff(broker_failures))
+                continue
+            except DatabaseError as exc:
+                publisher.close()
+                database.failed(exc)
+                database_failures += 1
+                stop.wait(outage_backoff(database_failures))
+                continue
+            broker.recovered()
+            database.recovered()
+            broker_failures = database_failures = 0
+            total += published
+            idle = IDLE_FIRST_SECONDS if published else min(idle * 2, idle_max)
+            stop.wait(idle)
+    finally:
+        publisher.close()
+        connections.close_all()
+    return total
