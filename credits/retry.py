@@ -47,7 +47,8 @@ CONNECTION_ERRORS = frozenset(
     }
 )
 
-# The longest pause between two connection attempts while waiting.
+# The pauses between two connection attempts while waiting: doubling from the first to the longest.
+OUTAGE_POLL_FIRST_SECONDS = 0.05
 OUTAGE_POLL_MAX_SECONDS = 1.0
 
 _PERMANENT = {

@@ -29,6 +29,7 @@ checks find (orphan_credit, credit_amount_mismatch); see docs/ARCHITECTURE.md.
 """
 
 import contextlib
+import itertools
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -40,12 +41,13 @@ from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
 from core import sql
+from core.backoff import backoff_delay
 from core.contract import TRANSACTION_ID
 from core.errors import ReasonRequired
 from core.retention import purge_in_batches
 from credits.messages import award_message_parse
 from credits.models import CreditBalance, DeadLetter, OrderCredit
-from credits.retry import OUTAGE_POLL_MAX_SECONDS, failure_classify
+from credits.retry import OUTAGE_POLL_FIRST_SECONDS, OUTAGE_POLL_MAX_SECONDS, failure_classify
 
 CREDITS_PER_UNIT = 2
 ERROR_TEXT_MAX = 4000
@@ -67,8 +69,7 @@ def credits_database() -> str:
 def credits_database_wait(*, until: float) -> bool:
     """Wait until the credits database takes a connection, at most until this monotonic time; return whether it did."""
     connection = connections[credits_database()]
-    pause = 0.05
-    while True:
+    for attempt in itertools.count():
         with contextlib.suppress(DatabaseError):  # closing a connection the server dropped can fail too
             connection.close()
         try:
@@ -79,8 +80,8 @@ def credits_database_wait(*, until: float) -> bool:
         remaining = until - time.monotonic()
         if remaining <= 0:
             return False
+        pause = backoff_delay(attempt, base=OUTAGE_POLL_FIRST_SECONDS, cap=OUTAGE_POLL_MAX_SECONDS, jitter=False)
         time.sleep(min(pause, remaining))
-        pause = min(2 * pause, OUTAGE_POLL_MAX_SECONDS)
 
 
 # The award is the consumer's hot path, so its statements are plain SQL built from the models (core/sql.py says why,
