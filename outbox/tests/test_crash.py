@@ -10,7 +10,8 @@ from django.utils import timezone
 
 from outbox.models import TransactionLog
 from outbox.relay import Publisher, drain
-from outbox.tests.conftest import BASE_DIR, PYTHON, subprocess_env
+from outbox.tests.conftest import BASE_DIR, PYTHON
+from tests.processes import service_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -22,7 +23,7 @@ def test_sigkill_between_publish_and_mark_gives_exactly_one_duplicate_and_no_los
     relay = subprocess.Popen(
         [PYTHON, "-m", "outbox.tests.relay_until_killed", "10", str(LEASE_SECONDS)],
         cwd=BASE_DIR,
-        env=subprocess_env(),
+        env=service_env(),
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -10,7 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from core.metrics import build_registry
 from outbox.models import TransactionLog
-from outbox.tests.conftest import BASE_DIR, PYTHON, subprocess_env
+from outbox.tests.conftest import BASE_DIR, PYTHON
+from tests.processes import service_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -53,7 +54,7 @@ def test_counters_from_relay_processes_are_summed_in_multiprocess_mode(make_rows
         proc = subprocess.run(
             [PYTHON, "manage.py", "relay_outbox", "--once", "--batch-size", batch],
             cwd=BASE_DIR,
-            env=subprocess_env(PROMETHEUS_MULTIPROC_DIR=str(tmp_path)),
+            env=service_env(PROMETHEUS_MULTIPROC_DIR=str(tmp_path)),
             capture_output=True,
             text=True,
             timeout=60,

@@ -14,7 +14,8 @@ from orders.services import order_create
 from outbox import wakeup
 from outbox.models import TransactionLog
 from outbox.relay import BrokerUnavailable, Publisher, claim_due, drain, release_claim, run_relay_loop
-from outbox.tests.conftest import BASE_DIR, PYTHON, closed_port_url, subprocess_env
+from outbox.tests.conftest import BASE_DIR, PYTHON, closed_port_url
+from tests.processes import service_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -71,7 +72,7 @@ def test_relay_once_with_the_broker_down_fails_loudly_and_leaves_the_rows_due(ma
     proc = subprocess.run(
         [PYTHON, "manage.py", "relay_outbox", "--once"],
         cwd=BASE_DIR,
-        env=subprocess_env(CELERY_BROKER_URL=closed_port_url()),
+        env=service_env(CELERY_BROKER_URL=closed_port_url()),
         capture_output=True,
         text=True,
         timeout=60,

@@ -17,7 +17,8 @@ from config.celery import app
 from outbox.models import TransactionLog
 from outbox.services import messages_purge_published
 from outbox.tasks import purge_published, relay, sweep
-from outbox.tests.conftest import BASE_DIR, PYTHON, subprocess_env
+from outbox.tests.conftest import BASE_DIR, PYTHON
+from tests.processes import service_env
 
 Status = TransactionLog.Status
 
@@ -75,7 +76,7 @@ def test_relay_outbox_loop_relays_new_rows_and_stops_cleanly_on_sigterm(make_row
     relay_process = subprocess.Popen(
         [PYTHON, "manage.py", "relay_outbox"],
         cwd=BASE_DIR,
-        env=subprocess_env(OUTBOX_IDLE_SECONDS="0.2"),
+        env=service_env(OUTBOX_IDLE_SECONDS="0.2"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
