@@ -1,16 +1,25 @@
-"""Fixtures shared by every app's tests: static files, users, API clients, both services' databases for each test,
-and a three-node RabbitMQ cluster."""
+"""Fixtures shared by every app's tests: static files, users, API and admin clients, both services' databases for
+each test, and a three-node RabbitMQ cluster."""
 
 import uuid
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.core.management import call_command
+from django.test import Client
 from django.test.utils import override_settings
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 DATABASE_FIXTURES = {"db", "transactional_db", "live_server", "django_db_reset_sequences"}
+# What an operator holds to use every admin action: retry and discard outbox rows, replay and discard dead letters.
+OPERATOR_PERMISSIONS = (
+    "outbox.view_transactionlog",
+    "outbox.manage_outbox",
+    "credits.view_deadletter",
+    "credits.replay_deadletter",
+)
 
 
 def pytest_collection_modifyitems(items):
@@ -82,6 +91,28 @@ def api(user) -> APIClient:
 @pytest.fixture
 def other_api(other_user) -> APIClient:
     return token_client(other_user)
+
+
+@pytest.fixture
+def make_staff_client(make_user):
+    """Return a function giving a test client logged in as a new staff user holding `permissions` ("app.codename")."""
+
+    def make(username: str, *permissions: str) -> Client:
+        user = make_user(username, is_staff=True)
+        for permission in permissions:
+            app_label, codename = permission.split(".")
+            user.user_permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=codename))
+        client = Client()
+        client.force_login(user)
+        return client
+
+    return make
+
+
+@pytest.fixture
+def staff_client(make_staff_client) -> Client:
+    """A client logged into the admin as "operator", staff with every permission the admin actions need."""
+    return make_staff_client("operator", *OPERATOR_PERMISSIONS)
 
 
 @pytest.fixture(scope="session")
