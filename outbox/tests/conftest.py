@@ -30,8 +30,12 @@ def make_payload(transaction_id: str, order_id: int) -> dict:
 
 
 @pytest.fixture
-def make_rows(transactional_db) -> Callable[..., list[str]]:
-    """Insert `n` outbox rows (due now unless told otherwise) and return their ids in id order."""
+def make_rows(db) -> Callable[..., list[str]]:
+    """Insert `n` outbox rows (due now unless told otherwise) and return their ids in id order.
+
+    Inside the test's transaction, unless the test is marked transactional (the relay claims and commits, so its
+    tests are).
+    """
     counter = iter(range(1, 10_000_000))
 
     def make(n: int, **fields) -> list[str]:

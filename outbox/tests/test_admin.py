@@ -12,7 +12,7 @@ from outbox.models import TransactionLog
 Status = TransactionLog.Status
 URL = reverse("admin:outbox_transactionlog_changelist")
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ from outbox.services import DiscardReasonRequired, messages_discard, messages_re
 
 Status = TransactionLog.Status
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 def test_retry_now_sends_pending_dead_and_discarded_rows_back_due_now(make_rows):

@@ -34,6 +34,7 @@ def test_sweep_and_relay_tasks_publish_what_is_due(make_rows, credits_queue):
     assert sorted(credits_queue.ids()) == sorted(ids + more)
 
 
+@pytest.mark.django_db
 def test_beat_runs_the_sweeper_and_retention_on_the_outbox_queue():
     schedule = app.conf.beat_schedule
     assert schedule["outbox-sweep"]["task"] == "outbox.sweep"
@@ -44,6 +45,7 @@ def test_beat_runs_the_sweeper_and_retention_on_the_outbox_queue():
         assert app.amqp.router.route({}, name)["queue"].name == "outbox"
 
 
+@pytest.mark.django_db
 def test_retention_deletes_only_old_published_rows_in_small_batches(make_rows):
     now = timezone.now()
     old = make_rows(5, status=Status.PUBLISHED, published_at=now - timedelta(days=8))
