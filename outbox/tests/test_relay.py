@@ -8,6 +8,7 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 from kombu import Exchange, Queue
+from prometheus_client import REGISTRY
 
 from outbox import metrics
 from outbox.models import TransactionLog
@@ -35,7 +36,9 @@ def publisher():
 
 
 def counter_value(counter) -> float:
-    return counter._value.get()
+    """Read a counter as a scrape does: its sample in the default registry, not the object's internals."""
+    (family,) = counter.describe()
+    return REGISTRY.get_sample_value(f"{family.name}_total") or 0.0
 
 
 def test_relay_batch_publishes_each_row_once_as_a_celery_task_and_marks_it(make_rows, credits_queue, publisher):
