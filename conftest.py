@@ -22,15 +22,23 @@ OPERATOR_PERMISSIONS = (
 )
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: a Spark test must already be slow then
 def pytest_collection_modifyitems(items):
-    """Open both services' databases (default and credits) to every database test, keeping its other options.
+    """Mark every Spark test (marked `spark` or using the session) slow, and open both databases to database tests.
 
-    Most flows cross both: an order is placed in one and credited in the other. pytest-django otherwise opens only
-    `default`, and a test of a single service states that by passing `databases` to its own django_db mark.
+    A SparkSession starts a JVM (seconds, and a core while it warms up), so `-m "not slow"` leaves Spark out
+    without each module having to say so.
+
+    Most flows cross both databases: an order is placed in one and credited in the other. pytest-django otherwise
+    opens only `default`; a test of a single service states that by passing `databases` to its own django_db mark,
+    and keeps its other options.
     """
     for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if (item.get_closest_marker("spark") or "spark" in fixtures) and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
         marker = item.get_closest_marker("django_db")
-        if marker is None and not DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if marker is None and not DATABASE_FIXTURES & fixtures:
             continue
         kwargs = dict(marker.kwargs) if marker else {}
         if "databases" in kwargs:

@@ -15,6 +15,7 @@ from tests.processes import service_env
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("relays", [2, 4])
 def test_concurrent_relays_publish_each_row_exactly_once(make_rows, credits_queue, relays):
     ids = make_rows(2000)

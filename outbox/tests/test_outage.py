@@ -67,6 +67,7 @@ def test_relay_loop_backs_off_during_an_outage_and_drains_when_the_broker_return
     assert any("reachable again" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.slow
 def test_relay_once_with_the_broker_down_fails_loudly_and_leaves_the_rows_due(make_rows):
     make_rows(3)
     proc = subprocess.run(
@@ -109,6 +110,7 @@ def test_orders_are_accepted_quickly_while_the_broker_is_down(user, monkeypatch,
     assert sum("unreachable" in r.getMessage() for r in caplog.records) == 1
 
 
+@pytest.mark.slow
 @override_settings(OUTBOX_BACKOFF_BASE_SECONDS=0.05, OUTBOX_BACKOFF_MAX_SECONDS=0.1)
 def test_broker_lost_in_the_middle_of_a_backlog_loses_nothing_and_drains_on_return(
     make_rows, broker_proxy, credits_queue
