@@ -1,11 +1,18 @@
 """Fixtures shared by every app's tests: static files, users, API and admin clients, both services' databases for
 each test, and a three-node RabbitMQ cluster."""
 
+import hashlib
+import os
+import shutil
+import tempfile
 import uuid
+from pathlib import Path
 
 import pytest
+from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
+from django.contrib.staticfiles import finders
 from django.core.management import call_command
 from django.test import Client
 from django.test.utils import override_settings
@@ -55,12 +62,38 @@ def cache_of_its_own(settings):
     settings.CACHES = {**settings.CACHES, "default": {**default, "KEY_PREFIX": f"test-{uuid.uuid4().hex}"}}
 
 
+def static_sources_key() -> str:
+    """Return a digest of the static storage settings and every source file's path, size and modification time."""
+    digest = hashlib.sha256(repr((django_settings.STATIC_URL, django_settings.STORAGES["staticfiles"])).encode())
+    for finder in finders.get_finders():
+        for path, storage in sorted(finder.list([]), key=lambda found: found[0]):
+            stat = os.stat(storage.path(path))
+            digest.update(f"{storage.path(path)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
 @pytest.fixture(scope="session", autouse=True)
-def static_root(tmp_path_factory):
-    """Collect the static files once, so pages render through the manifest storage production uses."""
-    root = tmp_path_factory.mktemp("static")
+def static_root():
+    """Collected static files, so pages render through the manifest storage production uses.
+
+    Collecting hashes and compresses every file (2-6 s, each run paid it); a collection is kept under
+    .run/test-static/ for as long as the sources it was made from are unchanged.
+    """
+    cache = Path(__file__).resolve().parent / ".run" / "test-static"
+    root = cache / static_sources_key()
+    if not (root / "staticfiles.json").exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=cache, prefix="collecting-"))
+        with override_settings(STATIC_ROOT=staging):
+            call_command("collectstatic", interactive=False, verbosity=0)
+        try:
+            staging.rename(root)
+        except OSError:  # another run collected the same sources first
+            shutil.rmtree(staging)
+        for old in cache.iterdir():
+            if old != root and not old.name.startswith("collecting-"):
+                shutil.rmtree(old, ignore_errors=True)
     with override_settings(STATIC_ROOT=root):
-        call_command("collectstatic", interactive=False, verbosity=0)
         yield root
 
 
