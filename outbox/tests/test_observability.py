@@ -20,6 +20,7 @@ def samples(text: str) -> dict[str, float]:
     return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
 
 
+@pytest.mark.django_db
 def test_healthz_reports_outbox_lag_and_dead_count(make_rows):
     make_rows(1, next_attempt_at=timezone.now() - timedelta(seconds=30))
     make_rows(1)
@@ -32,6 +33,7 @@ def test_healthz_reports_outbox_lag_and_dead_count(make_rows):
     assert body["outbox"]["dead"] == 2
 
 
+@pytest.mark.django_db
 def test_metrics_exposes_counters_and_the_lag_gauge(make_rows, credits_queue):
     make_rows(2, next_attempt_at=timezone.now() - timedelta(seconds=12))
     make_rows(1, status=TransactionLog.Status.DEAD)

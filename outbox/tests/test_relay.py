@@ -184,6 +184,7 @@ def test_a_confirm_that_never_comes_times_out_and_counts_as_a_failed_attempt(mak
     assert all("ConfirmTimeout" in row.last_error for row in rows)
 
 
+@pytest.mark.django_db  # no database at all; the module's transactional mark would flush both after it
 @override_settings(OUTBOX_BACKOFF_BASE_SECONDS=2.0, OUTBOX_BACKOFF_MAX_SECONDS=300.0)
 def test_backoff_doubles_per_attempt_up_to_the_cap_with_jitter():
     for attempts in range(1, 15):
