@@ -1,27 +1,51 @@
-"""Fixtures shared by every app's tests: static files, users, API clients, both services' databases for each test,
-and a three-node RabbitMQ cluster."""
+"""Fixtures shared by every app's tests: static files, users, API and admin clients, both services' databases for
+each test, and a three-node RabbitMQ cluster."""
 
+import hashlib
+import os
+import shutil
+import tempfile
 import uuid
+from pathlib import Path
 
 import pytest
+from django.conf import settings as django_settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
+from django.contrib.staticfiles import finders
 from django.core.management import call_command
+from django.test import Client
 from django.test.utils import override_settings
 from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
 DATABASE_FIXTURES = {"db", "transactional_db", "live_server", "django_db_reset_sequences"}
+# What an operator holds to use every admin action: retry and discard outbox rows, replay and discard dead letters.
+OPERATOR_PERMISSIONS = (
+    "outbox.view_transactionlog",
+    "outbox.manage_outbox",
+    "credits.view_deadletter",
+    "credits.replay_deadletter",
+)
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: a Spark test must already be slow then
 def pytest_collection_modifyitems(items):
-    """Open both services' databases (default and credits) to every database test, keeping its other options.
+    """Mark every Spark test (marked `spark` or using the session) slow, and open both databases to database tests.
 
-    Most flows cross both: an order is placed in one and credited in the other. pytest-django otherwise opens only
-    `default`, and a test of a single service states that by passing `databases` to its own django_db mark.
+    A SparkSession starts a JVM (seconds, and a core while it warms up), so `-m "not slow"` leaves Spark out
+    without each module having to say so.
+
+    Most flows cross both databases: an order is placed in one and credited in the other. pytest-django otherwise
+    opens only `default`; a test of a single service states that by passing `databases` to its own django_db mark,
+    and keeps its other options.
     """
     for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if (item.get_closest_marker("spark") or "spark" in fixtures) and not item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.slow)
         marker = item.get_closest_marker("django_db")
-        if marker is None and not DATABASE_FIXTURES & set(getattr(item, "fixturenames", ())):
+        if marker is None and not DATABASE_FIXTURES & fixtures:
             continue
         kwargs = dict(marker.kwargs) if marker else {}
         if "databases" in kwargs:
@@ -38,12 +62,38 @@ def cache_of_its_own(settings):
     settings.CACHES = {**settings.CACHES, "default": {**default, "KEY_PREFIX": f"test-{uuid.uuid4().hex}"}}
 
 
+def static_sources_key() -> str:
+    """Return a digest of the static storage settings and every source file's path, size and modification time."""
+    digest = hashlib.sha256(repr((django_settings.STATIC_URL, django_settings.STORAGES["staticfiles"])).encode())
+    for finder in finders.get_finders():
+        for path, storage in sorted(finder.list([]), key=lambda found: found[0]):
+            stat = os.stat(storage.path(path))
+            digest.update(f"{storage.path(path)}\0{stat.st_size}\0{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
 @pytest.fixture(scope="session", autouse=True)
-def static_root(tmp_path_factory):
-    """Collect the static files once, so pages render through the manifest storage production uses."""
-    root = tmp_path_factory.mktemp("static")
+def static_root():
+    """Collected static files, so pages render through the manifest storage production uses.
+
+    Collecting hashes and compresses every file (2-6 s, each run paid it); a collection is kept under
+    .run/test-static/ for as long as the sources it was made from are unchanged.
+    """
+    cache = Path(__file__).resolve().parent / ".run" / "test-static"
+    root = cache / static_sources_key()
+    if not (root / "staticfiles.json").exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(dir=cache, prefix="collecting-"))
+        with override_settings(STATIC_ROOT=staging):
+            call_command("collectstatic", interactive=False, verbosity=0)
+        try:
+            staging.rename(root)
+        except OSError:  # another run collected the same sources first
+            shutil.rmtree(staging)
+        for old in cache.iterdir():
+            if old != root and not old.name.startswith("collecting-"):
+                shutil.rmtree(old, ignore_errors=True)
     with override_settings(STATIC_ROOT=root):
-        call_command("collectstatic", interactive=False, verbosity=0)
         yield root
 
 
@@ -82,6 +132,28 @@ def api(user) -> APIClient:
 @pytest.fixture
 def other_api(other_user) -> APIClient:
     return token_client(other_user)
+
+
+@pytest.fixture
+def make_staff_client(make_user):
+    """Return a function giving a test client logged in as a new staff user holding `permissions` ("app.codename")."""
+
+    def make(username: str, *permissions: str) -> Client:
+        user = make_user(username, is_staff=True)
+        for permission in permissions:
+            app_label, codename = permission.split(".")
+            user.user_permissions.add(Permission.objects.get(content_type__app_label=app_label, codename=codename))
+        client = Client()
+        client.force_login(user)
+        return client
+
+    return make
+
+
+@pytest.fixture
+def staff_client(make_staff_client) -> Client:
+    """A client logged into the admin as "operator", staff with every permission the admin actions need."""
+    return make_staff_client("operator", *OPERATOR_PERMISSIONS)
 
 
 @pytest.fixture(scope="session")

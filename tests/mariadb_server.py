@@ -25,6 +25,8 @@ from pathlib import Path
 
 import MySQLdb
 
+from tests.processes import mysql_url
+
 MARIADBD = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
 INSTALL_DB = shutil.which("mariadb-install-db") or "/usr/bin/mariadb-install-db"
 START_TIMEOUT_SECONDS = 60.0
@@ -53,7 +55,7 @@ class MariaDBServer:
 
     def url(self, database: str, *, user: str = "root", password: str = "") -> str:
         """Return a DATABASE_URL-style URL for a database on this server."""
-        return f"mysql://{user}:{password}@127.0.0.1:{self.port}/{database}"
+        return mysql_url(host="127.0.0.1", port=self.port, name=database, user=user, password=password)
 
     def install(self) -> None:
         """Create the system tables in an empty data directory (a few seconds)."""

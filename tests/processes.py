@@ -1,8 +1,12 @@
-"""What a child process started by a test needs to reach this test run's databases and broker."""
+"""What a child process started by a test needs to reach this test run's databases and broker.
+
+The one place test code builds a database or broker URL: from the live connection settings of an alias (under
+pytest, its test database), so a test that moves an alias (another server, another user) moves its children too.
+"""
 
 import os
 import socket
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit, urlunsplit
 
 from django.conf import settings
 from django.db import connections
@@ -11,13 +15,50 @@ from django.db import connections
 DATABASE_URL_VARIABLES = {"default": "DATABASE_URL", "credits": "CREDITS_DATABASE_URL"}
 
 
-def database_url(alias: str = "default", *, user: str | None = None, password: str | None = None) -> str:
-    """Return the URL of the database behind an alias (its test database under pytest), optionally as another user."""
+def mysql_url(*, host: str, port: int, name: str, user: str = "root", password: str = "") -> str:
+    """Return a DATABASE_URL-style URL, the user and password percent-encoded as config.env expects."""
+    return f"mysql://{quote(user, safe='')}:{quote(password, safe='')}@{host}:{port}/{name}"
+
+
+def database_address(alias: str = "default") -> tuple[str, int]:
+    """Return the (host, port) of the server behind an alias, with the defaults the settings leave empty."""
     db = connections[alias].settings_dict
-    user = db["USER"] if user is None else user
-    password = db["PASSWORD"] if password is None else password
-    host, port = db["HOST"] or "127.0.0.1", db["PORT"] or 3306
-    return f"mysql://{quote(user, safe='')}:{quote(password, safe='')}@{host}:{port}/{db['NAME']}"
+    return db["HOST"] or "127.0.0.1", int(db["PORT"] or 3306)
+
+
+def database_url(
+    alias: str = "default",
+    *,
+    user: str | None = None,
+    password: str | None = None,
+    port: int | None = None,
+    name: str | None = None,
+) -> str:
+    """Return the URL of the database behind an alias (its test database under pytest).
+
+    Optionally as another user, through another port on 127.0.0.1 (a proxy in front of the server), or naming
+    another database on the same server.
+    """
+    db = connections[alias].settings_dict
+    host, own_port = database_address(alias)
+    return mysql_url(
+        host="127.0.0.1" if port is not None else host,
+        port=own_port if port is None else port,
+        name=db["NAME"] if name is None else name,
+        user=db["USER"] if user is None else user,
+        password=db["PASSWORD"] if password is None else password,
+    )
+
+
+def broker_url(*, port: int | None = None) -> str:
+    """Return this test run's broker URL (its own vhost), optionally through another port on 127.0.0.1."""
+    url = settings.CELERY_BROKER_URL
+    if port is None:
+        return url
+    parts = urlsplit(url)
+    credentials = parts.netloc.rpartition("@")[0]
+    netloc = f"{credentials}@127.0.0.1:{port}" if credentials else f"127.0.0.1:{port}"
+    return urlunsplit(parts._replace(netloc=netloc))
 
 
 def service_env(**extra: str) -> dict[str, str]:
@@ -25,7 +66,7 @@ def service_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update({variable: database_url(alias) for alias, variable in DATABASE_URL_VARIABLES.items()})
     env.update(
-        CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
+        CELERY_BROKER_URL=broker_url(),
         DJANGO_SETTINGS_MODULE="config.settings",
         PYTHONPATH=str(settings.BASE_DIR),
         PYTHONUNBUFFERED="1",

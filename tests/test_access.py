@@ -60,7 +60,6 @@ def test_staff_pages_send_customers_to_the_login_page(path, make_user):
     "path",
     ["/admin/outbox/transactionlog/", "/admin/credits/deadletter/", "/admin/orders/order/", "/admin/analytics/"],
 )
-def test_staff_without_model_permissions_cannot_open_the_admin_lists(path, make_user):
-    client = Client()
-    client.force_login(make_user("intern", is_staff=True))
+def test_staff_without_model_permissions_cannot_open_the_admin_lists(path, make_staff_client):
+    client = make_staff_client("intern")
     assert client.get(path).status_code in (403, 404)

@@ -10,6 +10,8 @@ from config.wsgi import application
 from orders.models import Order
 from outbox.models import TransactionLog
 
+pytestmark = pytest.mark.slow  # a minute of generated requests
+
 
 @pytest.fixture
 def api_schema(transactional_db):

@@ -18,6 +18,7 @@ print(sorted(name for name in sys.modules if name == "pyspark" or name.startswit
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "module",
     [

@@ -11,7 +11,7 @@ from credits.models import OrderCredit
 from credits.tests.support import wait_until
 from orders.services import order_create
 from tests.database_users import ProcessUsers
-from tests.processes import free_port, service_env
+from tests.processes import database_address, free_port, service_env
 from tests.reliability.conftest import purge_queues
 from tests.reliability.harness import Cluster
 
@@ -35,14 +35,14 @@ def wait_credited(order_ids: set[int], cluster: Cluster, *, timeout: float = 60)
 
 def refused(users: ProcessUsers, process: str, alias: str, sql: str) -> int | None:
     """Run one statement as a process's user on a database; return the MariaDB error code it failed with."""
-    db = connections[alias].settings_dict
+    host, port = database_address(alias)
     try:
         conn = MySQLdb.connect(
-            host=db["HOST"] or "127.0.0.1",
-            port=int(db["PORT"] or 3306),
+            host=host,
+            port=port,
             user=users.user(process),
             password=users.passwords[process],
-            database=db["NAME"],
+            database=connections[alias].settings_dict["NAME"],
         )
         try:
             conn.cursor().execute(sql)

@@ -14,6 +14,7 @@ from rest_framework.test import APIClient
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 def test_check_deploy_is_clean_with_production_settings():
     env = {
         **os.environ,

@@ -13,6 +13,7 @@ from config import env
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("name", "value"),
     [

@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from credits import services as credits_services
 from credits.models import DeadLetter
 from credits.tests.support import place_order
-from tests.processes import database_url, service_env
+from tests.processes import database_address, database_url, service_env
 
 ORDER_SERVICE_TABLES = {"orders", "transaction_log", "idempotency_keys", "auth_user"}
 CREDITS_SERVICE_TABLES = {"order_credits", "credit_balances", "credit_dead_letters"}
@@ -142,10 +142,11 @@ def test_a_small_install_with_both_urls_on_one_database_migrates_and_works(db, f
     """Whichever alias migrates first, one database ends up with every table, and an order is credited in it."""
     default = connections["default"].settings_dict
     name = f"{default['NAME']}_single_{first}"
-    server = MySQLdb.connect(host=default["HOST"] or "127.0.0.1", port=int(default["PORT"] or 3306), user="root")
+    host, port = database_address()
+    server = MySQLdb.connect(host=host, port=port, user="root")
     server.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
     server.cursor().execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
-    url = database_url().rsplit("/", 1)[0] + f"/{name}"
+    url = database_url(name=name)
     env = service_env(DATABASE_URL=url, CREDITS_DATABASE_URL=url)
     try:
         second = "default" if first == "credits" else "credits"

@@ -183,7 +183,7 @@ def one_database():
         cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
         cursor.execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
     try:
-        yield database_url("default").rsplit("/", 1)[0] + "/" + name
+        yield database_url("default", name=name)
     finally:
         with connections["default"].cursor() as cursor:
             cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")

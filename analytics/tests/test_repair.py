@@ -13,7 +13,7 @@ from orders.services import order_create
 from outbox.models import TransactionLog
 from outbox.services import messages_retry_now
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture

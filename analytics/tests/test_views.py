@@ -22,12 +22,6 @@ def report(settings, tmp_path):
     return directory
 
 
-@pytest.fixture
-def staff_client(client, make_user):
-    client.force_login(make_user("ops", is_staff=True))
-    return client
-
-
 def test_pages_are_for_staff_only(client, make_user, report):
     run = NightlyRun.objects.create(date=DAY)
     urls = [reverse("analytics:run-list"), reverse("analytics:run-detail", args=[run.pk]), f"/reports/{DAY}/"]

@@ -1,7 +1,6 @@
 from urllib.parse import urlencode
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.test import Client
 from django.utils import timezone
 
@@ -29,69 +28,55 @@ def dead_letter(payload: dict, *, reason=DeadLetter.Reason.DEADLOCK) -> DeadLett
 
 
 @pytest.fixture
-def operator(make_user):
-    user = make_user("operator", is_staff=True)
-    user.user_permissions.add(
-        Permission.objects.get(codename="view_deadletter"), Permission.objects.get(codename="replay_deadletter")
-    )
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
-def viewer(make_user):
-    user = make_user("viewer", is_staff=True)
-    user.user_permissions.add(Permission.objects.get(codename="view_deadletter"))
-    client = Client()
-    client.force_login(user)
-    return client
+def viewer(make_staff_client) -> Client:
+    """Staff who may look at the list but hold no permission to act."""
+    return make_staff_client("viewer", "credits.view_deadletter")
 
 
 def act(client: Client, action: str, letters: list[DeadLetter], **extra):
     return client.post(URL, {"action": action, "_selected_action": [d.pk for d in letters], **extra}, follow=True)
 
 
-def test_the_list_filters_by_status_reason_and_date(operator, user):
+def test_the_list_filters_by_status_reason_and_date(staff_client, user):
     dead_letter(place_order(user=user)[1])
     midnight = timezone.now().replace(hour=0, minute=0, second=0, microsecond=0)
     today = urlencode({"last_failed_at__gte": str(midnight)})
     for query in ("", "?status__exact=open", "?reason__exact=deadlock", f"?{today}", "?q=1213"):
-        response = operator.get(URL + query)
+        response = staff_client.get(URL + query)
         assert response.status_code == 200, query
         assert response.context["cl"].result_count == 1, query
-    assert operator.get(URL + "?status__exact=replayed").context["cl"].result_count == 0
+    assert staff_client.get(URL + "?status__exact=replayed").context["cl"].result_count == 0
 
 
-def test_replay_awards_once_however_often_it_is_clicked(operator, user):
+def test_replay_awards_once_however_often_it_is_clicked(staff_client, user):
     order_id, payload = place_order(user=user, total=5)
     letter = dead_letter(payload)
     for _ in range(2):
-        assert act(operator, "replay", [letter]).status_code == 200
+        assert act(staff_client, "replay", [letter]).status_code == 200
     assert OrderCredit.objects.filter(order_id=order_id).count() == 1
     letter.refresh_from_db()
     assert (letter.status, letter.replayed_by) == (DeadLetter.Status.REPLAYED, "operator")
 
 
-def test_replay_of_many_reports_each_outcome(operator, user):
+def test_replay_of_many_reports_each_outcome(staff_client, user):
     _, good = place_order(user=user, total=2)
     _, bad = place_order(user=user, total=2)
     letters = [dead_letter(good), dead_letter({**bad, "total": 0}, reason=DeadLetter.Reason.MALFORMED)]
-    response = act(operator, "replay", letters)
+    response = act(staff_client, "replay", letters)
     shown = [str(m) for m in response.context["messages"]]
     assert any("1 awarded" in m and "1 failed again" in m for m in shown)
     assert any("MalformedMessage" in m for m in shown)
     assert [d.status for d in DeadLetter.objects.order_by("pk")] == ["replayed", "open"]
 
 
-def test_discard_asks_for_a_reason_then_records_it(operator, user):
+def test_discard_asks_for_a_reason_then_records_it(staff_client, user):
     letter = dead_letter(place_order(user=user)[1])
-    form = act(operator, "discard", [letter])
+    form = act(staff_client, "discard", [letter])
     assert b"reason" in form.content
     assert DeadLetter.objects.get().status == DeadLetter.Status.OPEN
-    assert act(operator, "discard", [letter], apply="1", reason="").status_code == 200
+    assert act(staff_client, "discard", [letter], apply="1", reason="").status_code == 200
     assert DeadLetter.objects.get().status == DeadLetter.Status.OPEN
-    act(operator, "discard", [letter], apply="1", reason="test order, no credit due")
+    act(staff_client, "discard", [letter], apply="1", reason="test order, no credit due")
     letter.refresh_from_db()
     assert (letter.status, letter.discarded_by, letter.discarded_reason) == (
         DeadLetter.Status.DISCARDED,

@@ -6,9 +6,7 @@ import signal
 from datetime import datetime
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.db.models import Sum
-from django.test import Client
 
 from config.celery import app
 from core.contract import CREDITS_DEAD_QUEUE, CREDITS_QUEUE
@@ -165,7 +163,7 @@ def test_a_database_connection_lost_mid_award_is_tried_again_on_a_new_connection
 
 
 def test_a_failure_that_never_recovers_is_dead_lettered_after_the_retries_then_replayed_once(
-    db_faults, start_worker, user, make_user
+    db_faults, start_worker, user, staff_client
 ):
     order_id, payload = place_order(user=user, total=3)
     db_faults.set(order_id, refuse=1_000_000)
@@ -196,12 +194,8 @@ def test_a_failure_that_never_recovers_is_dead_lettered_after_the_retries_then_r
 
     # The fault is fixed; an operator replays, twice; the order is credited once.
     db_faults.clear(order_id)
-    operator = make_user("operator", is_staff=True)
-    operator.user_permissions.add(*Permission.objects.filter(codename__in=["view_deadletter", "replay_deadletter"]))
-    client = Client()
-    client.force_login(operator)
     for _ in range(2):
-        client.post("/admin/credits/deadletter/", {"action": "replay", "_selected_action": [letter.pk]})
+        staff_client.post("/admin/credits/deadletter/", {"action": "replay", "_selected_action": [letter.pk]})
     letter.refresh_from_db()
     assert (letter.status, letter.replayed_by) == ("replayed", "operator")
     assert OrderCredit.objects.filter(order_id=order_id).count() == 1

@@ -18,7 +18,7 @@ from config.celery import app
 from core.contract import CREDITS_QUEUE, OUTBOX_QUEUE
 from outbox.ids import new_transaction_id
 from outbox.models import TransactionLog
-from tests.processes import service_env
+from tests.processes import broker_url, free_port
 
 BASE_DIR = Path(settings.BASE_DIR)
 # Ports for processes and proxies these tests start (this suite's share of the machine).
@@ -30,8 +30,12 @@ def make_payload(transaction_id: str, order_id: int) -> dict:
 
 
 @pytest.fixture
-def make_rows(transactional_db) -> Callable[..., list[str]]:
-    """Insert `n` outbox rows (due now unless told otherwise) and return their ids in id order."""
+def make_rows(db) -> Callable[..., list[str]]:
+    """Insert `n` outbox rows (due now unless told otherwise) and return their ids in id order.
+
+    Inside the test's transaction, unless the test is marked transactional (the relay claims and commits, so its
+    tests are).
+    """
     counter = iter(range(1, 10_000_000))
 
     def make(n: int, **fields) -> list[str]:
@@ -125,8 +129,7 @@ class BrokerProxy:
 
     @property
     def url(self) -> str:
-        vhost = settings.CELERY_BROKER_URL.rsplit("/", 1)[1]
-        return f"amqp://guest:guest@127.0.0.1:{self.port}/{vhost}"
+        return broker_url(port=self.port)
 
     def up(self) -> None:
         listener = socket.socket()
@@ -187,17 +190,7 @@ def broker_proxy():
 
 def closed_port_url() -> str:
     """A broker URL nothing listens on: connecting is refused at once."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    sock.close()
-    vhost = settings.CELERY_BROKER_URL.rsplit("/", 1)[1]
-    return f"amqp://guest:guest@127.0.0.1:{port}/{vhost}"
-
-
-def subprocess_env(**extra: str) -> dict[str, str]:
-    """Environment for a child process using this test run's databases and broker vhost."""
-    return service_env(**extra)
+    return broker_url(port=free_port())
 
 
 PYTHON = sys.executable

@@ -3,7 +3,6 @@
 from datetime import timedelta
 
 import pytest
-from django.contrib.auth.models import Permission
 from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
@@ -13,27 +12,13 @@ from outbox.models import TransactionLog
 Status = TransactionLog.Status
 URL = reverse("admin:outbox_transactionlog_changelist")
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def operator(make_user) -> Client:
-    user = make_user("operator", is_staff=True)
-    user.user_permissions.add(
-        Permission.objects.get(codename="view_transactionlog"), Permission.objects.get(codename="manage_outbox")
-    )
-    client = Client()
-    client.force_login(user)
-    return client
-
-
-@pytest.fixture
-def viewer(make_user) -> Client:
-    user = make_user("viewer", is_staff=True)
-    user.user_permissions.add(Permission.objects.get(codename="view_transactionlog"))
-    client = Client()
-    client.force_login(user)
-    return client
+def viewer(make_staff_client) -> Client:
+    """Staff who may look at the list but hold no permission to act."""
+    return make_staff_client("viewer", "outbox.view_transactionlog")
 
 
 @pytest.fixture
@@ -62,27 +47,27 @@ def listed_ids(response) -> set[str]:
         ("published", {"published"}),
     ],
 )
-def test_each_delivery_filter_lists_exactly_its_rows(operator, states, choice, expected):
-    response = operator.get(URL, {"delivery": choice})
+def test_each_delivery_filter_lists_exactly_its_rows(staff_client, states, choice, expected):
+    response = staff_client.get(URL, {"delivery": choice})
     assert response.status_code == 200
     assert listed_ids(response) == {tx for name in expected for tx in states[name]}
 
 
-def test_the_list_shows_attempts_last_error_and_age_and_finds_a_row_by_order_id(operator, states):
-    response = operator.get(URL)
+def test_the_list_shows_attempts_last_error_and_age_and_finds_a_row_by_order_id(staff_client, states):
+    response = staff_client.get(URL)
     assert response.status_code == 200
     assert listed_ids(response) == {tx for ids in states.values() for tx in ids}
     html = response.content.decode()
     assert "nacked by the broker" in html and "Last error" in html and "Age" in html and "Attempts" in html
 
     row = TransactionLog.objects.get(id=states["dead"][0])
-    assert listed_ids(operator.get(URL, {"q": row.foreign_key})) == {row.id}
-    assert listed_ids(operator.get(URL, {"q": row.id})) == {row.id}
+    assert listed_ids(staff_client.get(URL, {"q": row.foreign_key})) == {row.id}
+    assert listed_ids(staff_client.get(URL, {"q": row.id})) == {row.id}
 
 
-def test_retry_now_puts_dead_and_backing_off_rows_back_to_due(operator, states):
+def test_retry_now_puts_dead_and_backing_off_rows_back_to_due(staff_client, states):
     chosen = states["dead"] + states["backing_off"] + states["published"]
-    response = operator.post(URL, {"action": "retry_now", "_selected_action": chosen}, follow=True)
+    response = staff_client.post(URL, {"action": "retry_now", "_selected_action": chosen}, follow=True)
     assert response.status_code == 200
     assert "2 message(s) will be published again shortly" in response.content.decode()
     now = timezone.now()
@@ -93,18 +78,18 @@ def test_retry_now_puts_dead_and_backing_off_rows_back_to_due(operator, states):
     }
 
 
-def test_discard_asks_for_a_reason_then_records_it_with_the_operator(operator, states):
+def test_discard_asks_for_a_reason_then_records_it_with_the_operator(staff_client, states):
     chosen = states["dead"]
-    form = operator.post(URL, {"action": "discard", "_selected_action": chosen})
+    form = staff_client.post(URL, {"action": "discard", "_selected_action": chosen})
     assert form.status_code == 200
     assert b'name="reason"' in form.content
     assert TransactionLog.objects.get(id=chosen[0]).status == Status.DEAD
 
-    blank = operator.post(URL, {"action": "discard", "_selected_action": chosen, "apply": "yes", "reason": " "})
+    blank = staff_client.post(URL, {"action": "discard", "_selected_action": chosen, "apply": "yes", "reason": " "})
     assert blank.status_code == 200 and b"This field is required" in blank.content
     assert TransactionLog.objects.get(id=chosen[0]).status == Status.DEAD
 
-    done = operator.post(
+    done = staff_client.post(
         URL, {"action": "discard", "_selected_action": chosen, "apply": "yes", "reason": "test order"}, follow=True
     )
     assert "Discarded 1 message(s)" in done.content.decode()
@@ -129,7 +114,7 @@ def test_non_staff_are_sent_to_the_login_page(make_user, states):
     assert response.status_code == 302 and "/admin/login/" in response["Location"]
 
 
-def test_filtered_pages_count_at_most_a_capped_number_of_rows(operator, states):
+def test_filtered_pages_count_at_most_a_capped_number_of_rows(staff_client, states):
     from core.admin import FastCountPaginator
 
     class SmallCap(FastCountPaginator):

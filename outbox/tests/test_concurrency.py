@@ -10,11 +10,13 @@ from django.db import connections
 from outbox.drain import drain
 from outbox.models import TransactionLog
 from outbox.publisher import Publisher
-from outbox.tests.conftest import BASE_DIR, PYTHON, subprocess_env
+from outbox.tests.conftest import BASE_DIR, PYTHON
+from tests.processes import service_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("relays", [2, 4])
 def test_concurrent_relays_publish_each_row_exactly_once(make_rows, credits_queue, relays):
     ids = make_rows(2000)
@@ -56,7 +58,7 @@ def test_four_relay_processes_publish_each_row_exactly_once(make_rows, credits_q
         subprocess.Popen(
             [PYTHON, "manage.py", "relay_outbox", "--once", "--batch-size", "20"],
             cwd=BASE_DIR,
-            env=subprocess_env(),
+            env=service_env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -11,7 +11,8 @@ from django.utils import timezone
 from outbox.drain import drain
 from outbox.models import TransactionLog
 from outbox.publisher import Publisher
-from outbox.tests.conftest import BASE_DIR, PYTHON, subprocess_env
+from outbox.tests.conftest import BASE_DIR, PYTHON
+from tests.processes import service_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 
@@ -23,7 +24,7 @@ def test_sigkill_between_publish_and_mark_gives_exactly_one_duplicate_and_no_los
     relay = subprocess.Popen(
         [PYTHON, "-m", "outbox.tests.relay_until_killed", "10", str(LEASE_SECONDS)],
         cwd=BASE_DIR,
-        env=subprocess_env(),
+        env=service_env(),
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -10,7 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from core.metrics import build_registry
 from outbox.models import TransactionLog
-from outbox.tests.conftest import BASE_DIR, PYTHON, subprocess_env
+from outbox.tests.conftest import BASE_DIR, PYTHON
+from tests.processes import service_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -19,6 +20,7 @@ def samples(text: str) -> dict[str, float]:
     return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
 
 
+@pytest.mark.django_db
 def test_healthz_reports_outbox_lag_and_dead_count(make_rows):
     make_rows(1, next_attempt_at=timezone.now() - timedelta(seconds=30))
     make_rows(1)
@@ -31,6 +33,7 @@ def test_healthz_reports_outbox_lag_and_dead_count(make_rows):
     assert body["outbox"]["dead"] == 2
 
 
+@pytest.mark.django_db
 def test_metrics_exposes_counters_and_the_lag_gauge(make_rows, credits_queue):
     make_rows(2, next_attempt_at=timezone.now() - timedelta(seconds=12))
     make_rows(1, status=TransactionLog.Status.DEAD)
@@ -53,7 +56,7 @@ def test_counters_from_relay_processes_are_summed_in_multiprocess_mode(make_rows
         proc = subprocess.run(
             [PYTHON, "manage.py", "relay_outbox", "--once", "--batch-size", batch],
             cwd=BASE_DIR,
-            env=subprocess_env(PROMETHEUS_MULTIPROC_DIR=str(tmp_path)),
+            env=service_env(PROMETHEUS_MULTIPROC_DIR=str(tmp_path)),
             capture_output=True,
             text=True,
             timeout=60,

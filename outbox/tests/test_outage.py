@@ -17,7 +17,8 @@ from outbox.drain import BrokerUnavailable, drain
 from outbox.loop import run_relay_loop
 from outbox.models import TransactionLog
 from outbox.publisher import Publisher
-from outbox.tests.conftest import BASE_DIR, PYTHON, closed_port_url, subprocess_env
+from outbox.tests.conftest import BASE_DIR, PYTHON, closed_port_url
+from tests.processes import service_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -69,12 +70,13 @@ def test_relay_loop_backs_off_during_an_outage_and_drains_when_the_broker_return
     assert any("reachable again" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.slow
 def test_relay_once_with_the_broker_down_fails_loudly_and_leaves_the_rows_due(make_rows):
     make_rows(3)
     proc = subprocess.run(
         [PYTHON, "manage.py", "relay_outbox", "--once"],
         cwd=BASE_DIR,
-        env=subprocess_env(CELERY_BROKER_URL=closed_port_url()),
+        env=service_env(CELERY_BROKER_URL=closed_port_url()),
         capture_output=True,
         text=True,
         timeout=60,
@@ -111,6 +113,7 @@ def test_orders_are_accepted_quickly_while_the_broker_is_down(user, monkeypatch,
     assert sum("unreachable" in r.getMessage() for r in caplog.records) == 1
 
 
+@pytest.mark.slow
 @override_settings(OUTBOX_BACKOFF_BASE_SECONDS=0.05, OUTBOX_BACKOFF_MAX_SECONDS=0.1)
 def test_broker_lost_in_the_middle_of_a_backlog_loses_nothing_and_drains_on_return(
     make_rows, broker_proxy, credits_queue

@@ -8,6 +8,7 @@ from django.db import transaction
 from django.test import override_settings
 from django.utils import timezone
 from kombu import Exchange, Queue
+from prometheus_client import REGISTRY
 
 from outbox import metrics
 from outbox.claims import claim_due
@@ -31,7 +32,9 @@ def publisher():
 
 
 def counter_value(counter) -> float:
-    return counter._value.get()
+    """Read a counter as a scrape does: its sample in the default registry, not the object's internals."""
+    (family,) = counter.describe()
+    return REGISTRY.get_sample_value(f"{family.name}_total") or 0.0
 
 
 def test_relay_batch_publishes_each_row_once_as_a_celery_task_and_marks_it(make_rows, credits_queue, publisher):
@@ -177,6 +180,7 @@ def test_a_confirm_that_never_comes_times_out_and_counts_as_a_failed_attempt(mak
     assert all("ConfirmTimeout" in row.last_error for row in rows)
 
 
+@pytest.mark.django_db  # no database at all; the module's transactional mark would flush both after it
 @override_settings(OUTBOX_BACKOFF_BASE_SECONDS=2.0, OUTBOX_BACKOFF_MAX_SECONDS=300.0)
 def test_backoff_doubles_per_attempt_up_to_the_cap_with_jitter():
     for attempts in range(1, 15):

@@ -12,7 +12,7 @@ from outbox.services import message_create, messages_discard, messages_retry_now
 
 Status = TransactionLog.Status
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = pytest.mark.django_db
 
 
 def test_the_message_written_reads_back_through_the_orm_as_the_returned_object():

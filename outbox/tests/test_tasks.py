@@ -17,7 +17,8 @@ from config.celery import app
 from outbox.models import TransactionLog
 from outbox.services import messages_purge_published
 from outbox.tasks import purge_published, relay, sweep
-from outbox.tests.conftest import BASE_DIR, PYTHON, subprocess_env
+from outbox.tests.conftest import BASE_DIR, PYTHON
+from tests.processes import service_env
 
 Status = TransactionLog.Status
 
@@ -33,6 +34,7 @@ def test_sweep_and_relay_tasks_publish_what_is_due(make_rows, credits_queue):
     assert sorted(credits_queue.ids()) == sorted(ids + more)
 
 
+@pytest.mark.django_db
 def test_beat_runs_the_sweeper_and_retention_on_the_outbox_queue():
     schedule = app.conf.beat_schedule
     assert schedule["outbox-sweep"]["task"] == "outbox.sweep"
@@ -43,6 +45,7 @@ def test_beat_runs_the_sweeper_and_retention_on_the_outbox_queue():
         assert app.amqp.router.route({}, name)["queue"].name == "outbox"
 
 
+@pytest.mark.django_db
 def test_retention_deletes_only_old_published_rows_in_small_batches(make_rows):
     now = timezone.now()
     old = make_rows(5, status=Status.PUBLISHED, published_at=now - timedelta(days=8))
@@ -75,7 +78,7 @@ def test_relay_outbox_loop_relays_new_rows_and_stops_cleanly_on_sigterm(make_row
     relay_process = subprocess.Popen(
         [PYTHON, "manage.py", "relay_outbox"],
         cwd=BASE_DIR,
-        env=subprocess_env(OUTBOX_IDLE_SECONDS="0.2"),
+        env=service_env(OUTBOX_IDLE_SECONDS="0.2"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,

@@ -14,7 +14,8 @@ pytestmark = pytest.mark.django_db(transaction=True)
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
-def test_a_row_written_without_tracing_keeps_an_empty_trace_context(db):
+@pytest.mark.django_db
+def test_a_row_written_without_tracing_keeps_an_empty_trace_context():
     message = message_create(transaction_id="a" * 32, business="order", foreign_key="1", payload={"order_id": 1})
 
     row = TransactionLog.objects.get(pk=message.id)

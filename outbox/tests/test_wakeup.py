@@ -13,7 +13,8 @@ from outbox.drain import drain
 from outbox.ids import new_transaction_id
 from outbox.publisher import Publisher
 from outbox.services import message_create, messages_retry_now
-from outbox.tests.conftest import BASE_DIR, PYTHON, subprocess_env
+from outbox.tests.conftest import BASE_DIR, PYTHON
+from tests.processes import service_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -105,7 +106,7 @@ def test_a_real_worker_woken_on_commit_relays_the_order_without_any_sweeper(user
         [PYTHON, "-m", "celery", "-A", "config", "worker", "-Q", "outbox", "-P", "solo", "--without-mingle",
          "--without-gossip", "--without-heartbeat", "-l", "info"],
         cwd=BASE_DIR,
-        env=subprocess_env(),
+        env=service_env(),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -136,7 +137,7 @@ def test_a_real_celery_worker_runs_award_credits_from_the_relayed_message(make_r
         [PYTHON, "-m", "celery", "-A", "outbox.tests.probe_worker", "worker", "-Q", "credits", "-P", "solo",
          "--without-mingle", "--without-gossip", "--without-heartbeat", "-l", "warning"],
         cwd=BASE_DIR,
-        env=subprocess_env(PROBE_OUT=str(out)),
+        env=service_env(PROBE_OUT=str(out)),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )  # fmt: skip

@@ -5,7 +5,6 @@ with, and dead letters that reach credits.dead with their DeadLetter row. Real w
 import json
 
 import pytest
-from django.db import connections
 from kombu import Connection
 from kombu.transport.native_delayed_delivery import level_name
 
@@ -16,7 +15,7 @@ from credits.tests.support import DatabaseFaults, Worker, place_order, wait_unti
 from outbox.claims import ClaimedMessage
 from outbox.publisher import Publisher
 from outbox.tests.conftest import BrokerProxy
-from tests.processes import database_url, free_port
+from tests.processes import database_address, database_url, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -161,12 +160,9 @@ def test_the_broker_dead_letters_a_message_redelivered_once_more_and_drops_nothi
 def test_a_credits_database_outage_spends_no_delivery_and_makes_no_dead_letter(quorum, user):
     """A requeue counts toward a quorum queue's delivery limit, so during an outage the message is republished."""
     rabbit, start_worker, _faults = quorum
-    credits_db = connections["credits"].settings_dict
-    proxy = BrokerProxy(free_port(), upstream=(credits_db["HOST"] or "127.0.0.1", int(credits_db["PORT"] or 3306)))
+    proxy = BrokerProxy(free_port(), upstream=database_address("credits"))
     proxy.up()
-    through_proxy = database_url("credits").replace(
-        f"@{credits_db['HOST'] or '127.0.0.1'}:{credits_db['PORT'] or 3306}/", f"@127.0.0.1:{proxy.port}/"
-    )
+    through_proxy = database_url("credits", port=proxy.port)
     try:
         worker = start_worker(CREDITS_DATABASE_URL=through_proxy, CREDITS_OUTAGE_WAIT_SECONDS="0.5")
         proxy.down()
