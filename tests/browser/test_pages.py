@@ -131,6 +131,7 @@ CHECKS = (
 def test_staff_open_a_nightly_run_and_its_report_with_every_chart(browser, admin_user, settings, live_web, found):
     settings.REPORTS_DIR = live_web.workdir / "reports"  # where the web process looks
     (settings.REPORTS_DIR / "parquet").mkdir(parents=True, exist_ok=True)  # the job's datasets, none here
+    finished_at = timezone.now()
     run = NightlyRun.objects.create(
         date=DAY,
         status=NightlyRun.Status.SUCCEEDED,
@@ -138,7 +139,9 @@ def test_staff_open_a_nightly_run_and_its_report_with_every_chart(browser, admin
         violations=sum(found.values()),
         orders=1103,
         credits=1101,
-        finished_at=timezone.now(),
+        # A run as the job records one: its start, end and duration agree on the page.
+        started_at=finished_at - timedelta(seconds=41.7),
+        finished_at=finished_at,
         duration_seconds=41.7,
         spark_master="local[*]",
     )
