@@ -275,6 +275,23 @@ class Reconciliation:
             or self.gave_up
         )
 
+    def assert_nothing_lost_or_duplicated(self, *, logs: str = "") -> None:
+        """Fail unless every acknowledged order was stored and credited once, with the right amount and balance."""
+        wrong = {
+            name: getattr(self, name)
+            for name in (
+                "lost",
+                "gave_up",
+                "unacknowledged_stored",
+                "missing_credits",
+                "duplicated_credits",
+                "wrong_amounts",
+                "balance_mismatches",
+            )
+            if getattr(self, name)
+        }
+        assert wrong == {}, f"{self}\n{logs}"
+
 
 def reconcile(ledger: Ledger, user_ids: list[int]) -> Reconciliation:
     """Compare what clients were told with what each service's database holds (orders; credits, balances)."""
