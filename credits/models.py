@@ -2,6 +2,10 @@
 
 These tables live in the credits service's own database (config/routers.py). Users and orders live in the order
 service's database, so they are referred to by plain ids: no foreign key, no join, no query across.
+
+No field here has a database default (``db_default``): Django asks the *default* connection whether an insert can
+return such columns (``Field.db_returning``), so an ORM insert into these tables would connect to the order
+service's database, which a credits worker may not log in to (tests/test_two_databases.py).
 """
 
 from django.db import models
@@ -34,8 +38,7 @@ class CreditBalance(models.Model):
     """
 
     user_id = models.BigIntegerField(primary_key=True)
-    # A database default too: the award's plain INSERT of a missing row leaves the balance out.
-    balance = models.PositiveBigIntegerField(default=0, db_default=0)
+    balance = models.PositiveBigIntegerField(default=0)
     updated_at = models.DateTimeField(default=timezone.now)
 
     class Meta:
@@ -84,7 +87,7 @@ class DeadLetter(models.Model):
     discarded_by = models.CharField(max_length=150, blank=True, default="")
     discarded_reason = models.TextField(blank=True, default="")
     # The trace context the message arrived in (the order request's trace), so a replay's span can link to it.
-    traceparent, tracestate = trace_context_fields()
+    traceparent, tracestate = trace_context_fields(db_default=False)
 
     class Meta:
         db_table = "credit_dead_letters"

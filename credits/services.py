@@ -86,7 +86,7 @@ def credits_database_wait(*, until: float) -> bool:
 
 # The award is the consumer's hot path, so its statements are plain SQL built from the models (core/sql.py says why,
 # with the measurement); test_services reads the rows back through the ORM. The balance starts at its database default.
-BALANCE_CREATE = sql.Insert(CreditBalance, ("user_id", "updated_at"), keep_existing=True)
+BALANCE_CREATE = sql.Insert(CreditBalance, ("user_id", "balance", "updated_at"), keep_existing=True)
 BALANCE_ADD = sql.Update(CreditBalance, increment=("balance",), assign=("updated_at",), where=("user_id",))
 CREDIT_INSERT = sql.Insert(OrderCredit, ("order_id", "user_id", "amount", "transaction_id", "created_at"))
 
@@ -95,7 +95,7 @@ def credit_balance_ensure(*, user_id: int) -> None:
     """Create the user's zero balance row if it is missing, in a statement of its own (see the module docstring)."""
     connection = connections[credits_database()]
     with connection.cursor() as cursor:
-        cursor.execute(BALANCE_CREATE.sql, [user_id, connection.ops.adapt_datetimefield_value(timezone.now())])
+        cursor.execute(BALANCE_CREATE.sql, [user_id, 0, connection.ops.adapt_datetimefield_value(timezone.now())])
 
 
 def _credit_insert(*, transaction_id: str, order_id: int, user_id: int, amount: int) -> bool:

@@ -60,7 +60,7 @@ def test_the_statements_name_the_models_tables_and_columns_quoted():
         " `created_at`, `traceparent`, `tracestate`) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)"
     )
     assert BALANCE_CREATE.sql == (
-        "INSERT INTO `credit_balances` (`user_id`, `updated_at`) VALUES (%s, %s)"
+        "INSERT INTO `credit_balances` (`user_id`, `balance`, `updated_at`) VALUES (%s, %s, %s)"
         " ON DUPLICATE KEY UPDATE `user_id` = `user_id`"
     )
     assert BALANCE_ADD.sql == (

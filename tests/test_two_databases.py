@@ -174,3 +174,17 @@ def test_a_small_install_with_both_urls_on_one_database_migrates_and_works(db, f
     finally:
         server.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
         server.close()
+
+
+def test_no_credits_model_has_a_database_default():
+    """An ORM insert of a model with a db_default asks the *default* connection about RETURNING (Django's
+    Field.db_returning), so a credits worker confined to its own database could not record a dead letter."""
+    from django.apps import apps
+
+    defaulted = [
+        f"{model.__name__}.{field.name}"
+        for model in apps.get_app_config("credits").get_models()
+        for field in model._meta.concrete_fields
+        if field.has_db_default()
+    ]
+    assert defaulted == []

@@ -13,11 +13,11 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='deadletter',
             name='traceparent',
-            field=models.CharField(blank=True, db_collation='ascii_bin', db_default='', default='', max_length=55),
+            field=models.CharField(blank=True, db_collation='ascii_bin', default='', max_length=55),
         ),
         migrations.AddField(
             model_name='deadletter',
             name='tracestate',
-            field=models.CharField(blank=True, db_collation='ascii_bin', db_default='', default='', max_length=512),
+            field=models.CharField(blank=True, db_collation='ascii_bin', default='', max_length=512),
         ),
     ]

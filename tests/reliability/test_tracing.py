@@ -227,13 +227,14 @@ def test_one_trace_from_order_request_to_credit_through_retry_and_replay(cluster
             assert chain[1]["parent_id"] == request_span_id, names
 
     # The dead-lettered order: its failed attempts and the dead-letter record are in its own trace; the admin's
-    # replay (which awarded it, see above) is a span of the admin request's trace, linked to the order's. The web
-    # traces no SQL statements, so the replay span is the award's.
+    # replay (which awarded it, see above) is a span of the admin request's trace, linked to the order's trace at
+    # the span that recorded the dead letter (the dead letter keeps that context: the web reads nothing of the
+    # outbox for it). The web traces no SQL statements, so the replay span is the award's.
     trace_id, request_span_id = origin[dead["id"]]
     recorded = [s for s in spans if s["name"] == "credits.dead_letter" and s["trace_id"] == trace_id]
     assert recorded and request_span_id in [s["span_id"] for s in ancestors(recorded[0], by_id)]
     replay = next(s for s in spans if s["name"] == "credits.dead_letter.replay")
-    assert (trace_id, request_span_id) in replay["links"] and replay["trace_id"] != trace_id
+    assert (trace_id, recorded[-1]["span_id"]) in replay["links"] and replay["trace_id"] != trace_id
     admin_request = by_id[replay["parent_id"]]
     assert admin_request["kind"] == SERVER and admin_request["name"].startswith("POST"), admin_request["name"]
 

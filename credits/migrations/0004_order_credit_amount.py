@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('credits', '0004_balance_db_default'),
+        ('credits', '0003_dead_letter_trace_context'),
     ]
 
     operations = [
