@@ -23,11 +23,30 @@ LIGHT_JOB_ROWS = 300_000
 ROWS_PER_SHUFFLE_PARTITION = 250_000
 
 
+# A short run's work is mostly the JVM warming up, so it also skips what only pays off on many rows:
+# - code generation: compiling generated Java (Janino) costs more CPU than it saves on a day's rows; Janino's
+#   name look-ups also scan Spark's 280 jars; without it, operators and expressions run interpreted;
+# - compressing the cached frames: gathering the compression statistics was a tenth of the tasks' CPU time, and a
+#   day's cached rows are a few megabytes;
+# - the G1 collector's concurrent and parallel threads: the serial collector does the few young collections of a
+#   mostly empty heap on the thread that needs them.
+# Measured on the shared 2-core machine (docs/PERFORMANCE.md, "Nightly analytics"): see there.
+LIGHT_JOB_CONF = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    "spark.sql.inMemoryColumnarStorage.compressed": "false",
+}
+LIGHT_JOB_JAVA_OPTIONS = " -XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
 def tuning_for(rows: int) -> dict[str, str]:
     """Return Spark properties sized for a run that reads about `rows` orders (and as many outbox rows, credits)."""
     partitions = max(2, min(settings.ANALYTICS_SHUFFLE_PARTITIONS, -(-rows // ROWS_PER_SHUFFLE_PARTITION)))
-    driver_options = UTC_JAVA_OPTIONS + (" -XX:TieredStopAtLevel=1" if rows <= LIGHT_JOB_ROWS else "")
-    return {"spark.sql.shuffle.partitions": str(partitions), "spark.driver.extraJavaOptions": driver_options}
+    tuning = {"spark.sql.shuffle.partitions": str(partitions), "spark.driver.extraJavaOptions": UTC_JAVA_OPTIONS}
+    if rows <= LIGHT_JOB_ROWS:
+        tuning |= LIGHT_JOB_CONF
+        tuning["spark.driver.extraJavaOptions"] += LIGHT_JOB_JAVA_OPTIONS
+    return tuning
 
 
 def spark_conf(
