@@ -9,6 +9,8 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from pyspark.sql import SparkSession
 
+from analytics import class_archive
+
 APP_NAME = "creditshop-nightly"
 # The JVM's default zone decides how the JDBC driver turns DATETIME values into instants; the rows hold UTC.
 UTC_JAVA_OPTIONS = "-Duser.timezone=UTC -Dfile.encoding=UTF-8"
@@ -111,11 +113,17 @@ def spark_session_create(
 
 @contextmanager
 def spark_session(*, tuning: dict[str, str] | None = None, verbose: bool = False) -> Iterator[SparkSession]:
-    """Yield the active SparkSession if there is one (tests share one), else start one and stop it afterwards."""
+    """Yield the active SparkSession if there is one (tests share one), else start one and stop it afterwards.
+
+    A session started here maps the driver's class archive when one has been written (analytics/class_archive.py).
+    """
     active = SparkSession.getActiveSession()
     if active is not None:
         yield active
         return
+    tuning = dict(tuning or {})
+    driver_options = tuning.get("spark.driver.extraJavaOptions", UTC_JAVA_OPTIONS)
+    tuning["spark.driver.extraJavaOptions"] = driver_options + class_archive.archive_option()
     spark = spark_session_create(tuning=tuning, verbose=verbose)
     try:
         yield spark
