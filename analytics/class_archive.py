@@ -1,7 +1,7 @@
 """The driver JVM's class archive (Java's class data sharing): Spark's classes loaded once, mapped by every run.
 
-A day's run spends a large part of its CPU starting the JVM: loading, parsing and verifying some twenty thousand
-classes, each looked up through the 280 jars of Spark's class path. A dynamic CDS archive
+A day's run spends a large part of its CPU starting the JVM: loading, parsing and verifying thousands of classes,
+each looked up through the 280 jars of Spark's class path. A dynamic CDS archive
 (`-XX:ArchiveClassesAtExit`, JDK 13+) keeps them parsed and verified in one file that later JVMs map
 (`-XX:SharedArchiveFile`). Measured on the shared 2-core machine: starting a session and running one job took
 18.8 CPU-seconds without it and 9.9 with it (docs/PERFORMANCE.md, "Nightly analytics").
@@ -76,6 +76,7 @@ def archive_write(*, timeout: int = 900) -> Path:
 
 def _warm_up(archive: str) -> None:
     """Start the job's session with the archive option and run what a nightly run runs, on a few rows."""
+    # Run as `python -m analytics.class_archive` in a process of its own: Django is set up here, then the app.
     import django
 
     django.setup()
