@@ -21,8 +21,16 @@ from django.conf import settings
 from django.db import connections, router
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.types import DateType, LongType, StringType, StructField, StructType, TimestampType
+from pyspark.sql.types import StructType
 
+from analytics.schemas import (
+    CREDITS_SCHEMA,
+    DAILY_HISTORY_SCHEMA,
+    DEAD_LETTERS_SCHEMA,
+    FIRST_ORDERS_SCHEMA,
+    LOGS_SCHEMA,
+    ORDERS_SCHEMA,
+)
 from credits.models import DeadLetter, OrderCredit
 from orders.models import Order
 
@@ -32,55 +40,6 @@ LOOKUP_CHUNK = 1_000
 # Rows one JDBC query reads before another partition is worth its connection and task (measured: a day of
 # 46,000 orders reads faster as one query than as four on two cores).
 ROWS_PER_PARTITION = 200_000
-
-ORDERS_SCHEMA = StructType(
-    [
-        StructField("id", LongType()),
-        StructField("user_id", LongType()),
-        StructField("total", LongType()),
-        StructField("created_at", TimestampType()),
-    ]
-)
-LOGS_SCHEMA = StructType(
-    [
-        StructField("id", StringType()),
-        StructField("order_id", LongType()),
-        StructField("status", StringType()),
-        StructField("attempts", LongType()),
-        StructField("created_at", TimestampType()),
-        StructField("published_at", TimestampType()),
-    ]
-)
-CREDITS_SCHEMA = StructType(
-    [
-        StructField("id", LongType()),
-        StructField("user_id", LongType()),
-        StructField("order_id", LongType()),
-        StructField("total", LongType()),
-        StructField("created_at", TimestampType()),
-    ]
-)
-DEAD_LETTERS_SCHEMA = StructType(
-    [
-        StructField("id", LongType()),
-        StructField("order_id", LongType()),
-        StructField("status", StringType()),
-        StructField("created_at", TimestampType()),
-    ]
-)
-FIRST_ORDERS_SCHEMA = StructType([StructField("user_id", LongType()), StructField("first_order_id", LongType())])
-DAILY_HISTORY_SCHEMA = StructType(
-    [
-        StructField("date", DateType()),
-        StructField("orders", LongType()),
-        StructField("order_units", LongType()),
-        StructField("users", LongType()),
-        StructField("new_users", LongType()),
-        StructField("credited_users", LongType()),
-        StructField("credits_awarded", LongType()),
-        StructField("credits_total", LongType()),
-    ]
-)
 
 _ORDERS_SQL = "SELECT id, user_id, total, created_at FROM orders"
 # foreign_key is text; try_cast (in Spark) turns a non-numeric key into NULL instead of failing the run.

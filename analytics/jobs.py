@@ -1,28 +1,27 @@
 """The nightly job: extract, transform, check, load, and optionally repair, for one day or several.
 
 This module wires the stages together and collects the small per-day results the reports are made of; the
-Spark work itself is in extract (I/O), transforms and checks (pure), and load (I/O).
+Spark work itself is in extract (I/O), transforms and checks (pure), and load (I/O); the collected rows become
+DayResults in results (pure); the run's lock, history row and progress are runs'.
 """
 
 import json
-import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
-from datetime import date, timedelta
-from operator import itemgetter
+from contextlib import ExitStack
+from datetime import timedelta
+from typing import TYPE_CHECKING
 
 from django.conf import settings
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from analytics import extract, load, services
-from analytics.checks import CHECK_NAMES, ID_KINDS, CheckContext, lookup_candidates, run_checks, transform_violations
+from analytics import extract, load
+from analytics.checks import CHECK_NAMES, CheckContext, lookup_candidates, run_checks, transform_violations
 from analytics.models import NightlyRun
 from analytics.period import Period
-from analytics.repair import RepairResult, repair
+from analytics.repair import repair
+from analytics.results import DayResult, day_results
 from analytics.spark import spark_session, tuning_for
 from analytics.transforms import (
     transform_award_latency,
@@ -36,77 +35,25 @@ from analytics.transforms import (
     transform_user_daily,
 )
 
-SAMPLE_SIZE = 20
-METRIC_COLUMNS = (
-    "orders",
-    "order_units",
-    "users",
-    "new_users",
-    "credited_users",
-    "credits_awarded",
-    "credits_total",
-)
+if TYPE_CHECKING:
+    from analytics.runs import Progress
+
+# The stages run_nightly reports through its progress, without and with --repair.
+STAGES = 6
 
 
-@dataclass
-class CheckOutcome:
-    count: int = 0
-    sample: list = field(default_factory=list)
-    # (entity id, detail JSON) of the stored violations, at most ANALYTICS_MAX_STORED_VIOLATIONS.
-    rows: list[tuple[str, str]] = field(default_factory=list)
-    note: str = ""
-
-
-@dataclass
-class DayResult:
-    """Everything the reports say about one day."""
-
-    date: date
-    metrics: dict
-    distribution: dict
-    latency: dict
-    credit_histogram: list[dict]
-    latency_histogram: list[dict]
-    top_users: list[dict]
-    trend: list[dict]
-    checks: dict[str, CheckOutcome]
-    repair: RepairResult | None = None
-
-    @property
-    def violations(self) -> int:
-        return sum(outcome.count for outcome in self.checks.values())
-
-    @property
-    def ok(self) -> bool:
-        return self.violations == 0
-
-
-class Progress:
-    """Prints each stage with its duration and what it did, and records the stage on the run."""
-
-    def __init__(self, *, run: NightlyRun, write: Callable[[str], None], stages: int) -> None:
-        self.run = run
-        self.write = write
-        self.stages = stages
-        self.index = 0
-
-    @contextmanager
-    def stage(self, name: str) -> Iterator[dict]:
-        self.index += 1
-        services.run_stage(run=self.run, stage=name)
-        started = time.monotonic()
-        self.write(f"[{self.index}/{self.stages}] {name} ...")
-        facts: dict = {}
-        yield facts
-        detail = ", ".join(f"{k}={v:,}" if isinstance(v, int) else f"{k}={v}" for k, v in facts.items())
-        self.write(f"[{self.index}/{self.stages}] {name} done in {time.monotonic() - started:.1f}s {detail}".rstrip())
+def stage_count(*, repair_requested: bool) -> int:
+    """Return how many stages a run has."""
+    return STAGES + int(repair_requested)
 
 
 def run_nightly(
-    *, run: NightlyRun, period: Period, repair_requested: bool, write: Callable[[str], None], verbose: bool = False
+    *, run: NightlyRun, period: Period, repair_requested: bool, progress: "Progress", verbose: bool = False
 ) -> list[DayResult]:
-    """Run the job for the period under an already started `run`; return the per-day results."""
-    progress = Progress(run=run, write=write, stages=6 + int(repair_requested))
+    """Run the job's stages for the period under an already started `run`; return the per-day results.
+
+    The run's lock and history row are the caller's (analytics/runs.py); each stage reports through `progress`.
+    """
     ctx = CheckContext(
         period=period,
         as_of=run.as_of,
@@ -147,16 +94,14 @@ def _run_in_session(
     period: Period,
     ctx: CheckContext,
     sources: extract.Sources,
-    progress: Progress,
+    progress: "Progress",
     lookback: timedelta,
 ) -> list[DayResult]:
     with progress.stage("extract") as facts:
         data = extract.extract_window(spark, sources, start=period.start - lookback, end=period.end + lookback)
-        data.orders, data.logs, data.credits = (
-            _by_order(data.orders, "id"),
-            _by_order(data.logs, "order_id"),
-            _by_order(data.credits, "order_id"),
-        )
+        # Cached as read; they are partitioned by order id once, after the look-ups have added their rows (doing it
+        # here too shuffled and sorted every row twice).
+        data.orders, data.logs, data.credits = data.orders.cache(), data.logs.cache(), data.credits.cache()
         facts.update(_count_together(orders=data.orders, logs=data.logs, credits=data.credits))
 
     with progress.stage("look-ups outside the window") as facts:
@@ -164,14 +109,16 @@ def _run_in_session(
         for row in lookup_candidates(orders=data.orders, logs=data.logs, credits=data.credits, ctx=ctx).collect():
             wanted[row.kind].append(row.id)
         if wanted["order"]:
-            found = extract.read_orders_by_id(spark, sources, wanted["order"])
-            data.orders = _by_order(data.orders.unionByName(found), "id")
+            data.orders = data.orders.unionByName(extract.read_orders_by_id(spark, sources, wanted["order"]))
         if wanted["credit"]:
-            found = extract.read_credits_by_order_id(spark, sources, wanted["credit"])
-            data.credits = _by_order(data.credits.unionByName(found), "order_id")
+            data.credits = data.credits.unionByName(extract.read_credits_by_order_id(spark, sources, wanted["credit"]))
         if wanted["log"]:
-            found = extract.read_logs_by_order_id(spark, sources, wanted["log"])
-            data.logs = _by_order(data.logs.unionByName(found), "order_id")
+            data.logs = data.logs.unionByName(extract.read_logs_by_order_id(spark, sources, wanted["log"]))
+        data.orders, data.logs, data.credits = (
+            _by_order(data.orders, "id"),
+            _by_order(data.logs, "order_id"),
+            _by_order(data.credits, "order_id"),
+        )
         facts.update({f"{kind}_ids": len(wanted[kind]) for kind in ("order", "credit", "log")})
 
     with progress.stage("credit analytics and consistency checks") as facts:
@@ -195,13 +142,10 @@ def _run_in_session(
             trend=transform_trend(data.history, daily, period),
             violations=violations,
         )
-        analytics = _assemble_analytics(collected)
-        outcomes = _assemble_outcomes(collected["violations"], period, ctx=ctx, note=data.dead_letters_note)
-        facts["orders"] = sum(row["orders"] for row in collected["summary"])
-        facts["credits"] = sum(row["credits_awarded"] for row in collected["summary"])
-        facts.update({name: sum(outcomes[d][name].count for d in period.dates) for name in CHECK_NAMES})
-
-    days = [DayResult(date=day, checks=outcomes[day], **analytics.get(day, _empty_analytics())) for day in period.dates]
+        days = day_results(collected, period, ctx=ctx, note=data.dead_letters_note)
+        facts["orders"] = sum(day.metrics["orders"] for day in days)
+        facts["credits"] = sum(day.metrics["credits_awarded"] for day in days)
+        facts.update({name: sum(day.checks[name].count for day in days) for name in CHECK_NAMES})
 
     # Drawing the charts is Python work and the loads are JVM and MariaDB work: render the reports on a thread
     # meanwhile (a month of reports is 150 charts), and write them only once the tables are committed. The Parquet
@@ -278,70 +222,3 @@ def _count_together(**frames: DataFrame) -> dict[str, int]:
     for row in union.groupBy("frame").count().collect():
         counts[row.frame] = row["count"]
     return counts
-
-
-def _assemble_analytics(collected: dict[str, list[dict]]) -> dict[date, dict]:
-    """Arrange the collected analytics per day, as plain dicts ready for JSON and templates."""
-    by_day: dict[date, dict] = {}
-    for values in collected["summary"]:
-        by_day[date.fromisoformat(values["date"])] = {
-            "metrics": {k: values[k] for k in METRIC_COLUMNS},
-            "distribution": {k: values[f"cpu_{k}"] for k in ("p50", "p90", "p99", "max", "mean")}
-            | {"users": values["cpu_users"] or 0},
-            "latency": {k: values[f"latency_{k}"] for k in ("p50", "p95", "p99", "max")}
-            | {"count": values["latency_credits"] or 0},
-            "credit_histogram": [],
-            "latency_histogram": [],
-            "top_users": [],
-            "trend": [],
-        }
-    for row in sorted(collected["credit_histogram"], key=itemgetter("date", "bucket")):
-        by_day[date.fromisoformat(row["date"])]["credit_histogram"].append(
-            {"lower": row["lower"], "upper": row["upper"], "users": row["users"]}
-        )
-    for row in sorted(collected["latency_histogram"], key=itemgetter("date", "bucket")):
-        by_day[date.fromisoformat(row["date"])]["latency_histogram"].append(
-            {"lower": row["lower"], "upper": row["upper"], "credits": row["credits"]}
-        )
-    for row in sorted(collected["top_users"], key=itemgetter("date", "rank")):
-        by_day[date.fromisoformat(row.pop("date"))]["top_users"].append(row)
-    for row in sorted(collected["trend"], key=itemgetter("report_date", "date")):
-        by_day[date.fromisoformat(row["report_date"])]["trend"].append(
-            {"date": row["date"], **{k: row[k] for k in METRIC_COLUMNS}}
-        )
-    return by_day
-
-
-def _empty_analytics() -> dict:
-    return {
-        "metrics": dict.fromkeys(METRIC_COLUMNS, 0),
-        "distribution": {"users": 0},
-        "latency": {"count": 0},
-        "credit_histogram": [],
-        "latency_histogram": [],
-        "top_users": [],
-        "trend": [],
-    }
-
-
-def _assemble_outcomes(
-    violations: list[dict], period: Period, *, ctx: CheckContext, note: str
-) -> dict[date, dict[str, CheckOutcome]]:
-    """Arrange the collected violations per day and check: full count, sample ids, stored rows."""
-    outcomes = {day: {name: CheckOutcome() for name in CHECK_NAMES} for day in period.dates}
-    for row in sorted(violations, key=itemgetter("check", "date", "rank")):
-        outcome = outcomes[date.fromisoformat(row["date"])][row["check"]]
-        outcome.count = row["count"]
-        outcome.rows.append((row["entity_id"], row["detail"]))
-        if len(outcome.sample) < SAMPLE_SIZE:
-            numeric = ID_KINDS[row["check"]] != "transaction"
-            outcome.sample.append(int(row["entity_id"]) if numeric else row["entity_id"])
-    for day, checks in outcomes.items():
-        if note:
-            checks["dead_letters_open"].note = note
-        if ctx.logs_kept_since is not None and Period.ending(day).start < ctx.logs_kept_since:
-            checks["order_without_log"].note = (
-                f"orders placed before {ctx.logs_kept_since:%Y-%m-%d %H:%M} UTC not judged: published outbox rows "
-                f"are deleted after OUTBOX_RETENTION_DAYS={ctx.log_retention_days}"
-            )
-    return outcomes

@@ -20,6 +20,7 @@ from analytics.checks import CheckContext
 from analytics.extract import JdbcSource
 from analytics.models import CheckResult, DailyMetrics, NightlyRun, Violation
 from analytics.period import Period
+from analytics.results import DayResult, analytics_document, consistency_document
 from analytics.selectors import report_dir
 
 # Rows per JDBC batch when Spark fills the staging table.
@@ -54,7 +55,9 @@ def write_parquet(spark: SparkSession, *, period: Period, datasets: dict[str, tu
     return root
 
 
-def write_mysql(*, run: NightlyRun, period: Period, source: JdbcSource, user_daily: DataFrame, days: list) -> int:
+def write_mysql(
+    *, run: NightlyRun, period: Period, source: JdbcSource, user_daily: DataFrame, days: list[DayResult]
+) -> int:
     """Replace the period's rows in the report tables; return how many per-user-per-day rows were written.
 
     Spark bulk-writes the per-user rows into a staging table; then, day by day, the swap into the real table, the
@@ -97,17 +100,19 @@ def write_mysql(*, run: NightlyRun, period: Period, source: JdbcSource, user_dai
         services.stage_table_drop(name=stage)
 
 
-def render_day_files(day, *, run: NightlyRun, ctx: CheckContext) -> dict[str, str]:
-    """Return the text of a day's analytics.json, consistency.json and report.html (pure Python, no I/O)."""
+def render_day_files(day: DayResult, *, run: NightlyRun, ctx: CheckContext) -> dict[str, str]:
+    """Return the text of a day's analytics.json, consistency.json and report.html (nothing is written yet)."""
     generated_at = timezone.now()
     return {
-        "analytics.json": _dumps(analytics_document(day, run=run, generated_at=generated_at)),
-        "consistency.json": _dumps(consistency_document(day, run=run, ctx=ctx, generated_at=generated_at)),
+        "analytics.json": _dumps(
+            analytics_document(day, run_id=run.pk, parquet_root=parquet_root(), generated_at=generated_at)
+        ),
+        "consistency.json": _dumps(consistency_document(day, run_id=run.pk, ctx=ctx, generated_at=generated_at)),
         "report.html": html_report(day, run=run, ctx=ctx, generated_at=generated_at),
     }
 
 
-def write_day_files(day, files: dict[str, str]) -> Path:
+def write_day_files(day: DayResult, files: dict[str, str]) -> Path:
     """Write a day's rendered files into $REPORTS_DIR/<date>/, each atomically, and link its Parquet partitions."""
     directory = report_dir(day.date)
     directory.mkdir(parents=True, exist_ok=True)
@@ -117,46 +122,7 @@ def write_day_files(day, files: dict[str, str]) -> Path:
     return directory
 
 
-def consistency_document(day, *, run: NightlyRun, ctx: CheckContext, generated_at: datetime) -> dict:
-    """consistency.json: the contract's date, ok and checks (count and sample ids per name), then context."""
-    checks = {}
-    for name, outcome in day.checks.items():
-        checks[name] = {"count": outcome.count, "sample": outcome.sample}
-        if outcome.note:
-            checks[name]["note"] = outcome.note
-    document = {
-        "date": day.date.isoformat(),
-        "ok": day.ok,
-        "checks": checks,
-        "as_of": ctx.as_of,
-        "grace_seconds": ctx.grace_seconds,
-        "run_id": run.pk,
-        "generated_at": generated_at,
-    }
-    if day.repair is not None:
-        document["repair"] = day.repair.as_dict()
-    return document
-
-
-def analytics_document(day, *, run: NightlyRun, generated_at: datetime) -> dict:
-    """analytics.json: the day's credit analytics, its 30-day trend, and where the per-user rows went."""
-    return {
-        "date": day.date.isoformat(),
-        **day.metrics,
-        "credits_per_user": {**day.distribution, "histogram": day.credit_histogram},
-        "award_latency_seconds": {**day.latency, "histogram": day.latency_histogram},
-        "top_users": day.top_users,
-        "trend": day.trend,
-        "per_user_per_day": {
-            "mysql_table": "analytics_user_daily_credits",
-            "parquet": f"{parquet_root()}/user_daily_credits/date={day.date.isoformat()}",
-        },
-        "run_id": run.pk,
-        "generated_at": generated_at,
-    }
-
-
-def html_report(day, *, run: NightlyRun, ctx: CheckContext, generated_at: datetime) -> str:
+def html_report(day: DayResult, *, run: NightlyRun, ctx: CheckContext, generated_at: datetime) -> str:
     """The day's report as one self-contained HTML page with its charts inline."""
     # Imported here: matplotlib takes a second to import, and this runs on the reports thread, beside Spark.
     from analytics import charts
@@ -192,7 +158,7 @@ def html_report(day, *, run: NightlyRun, ctx: CheckContext, generated_at: dateti
     )
 
 
-def _daily_metrics(day, run: NightlyRun) -> DailyMetrics:
+def _daily_metrics(day: DayResult, run: NightlyRun) -> DailyMetrics:
     d, lat = day.distribution, day.latency
     return DailyMetrics(
         date=day.date,

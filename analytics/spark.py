@@ -9,6 +9,8 @@ from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from pyspark.sql import SparkSession
 
+from analytics import class_archive
+
 APP_NAME = "creditshop-nightly"
 # The JVM's default zone decides how the JDBC driver turns DATETIME values into instants; the rows hold UTC.
 UTC_JAVA_OPTIONS = "-Duser.timezone=UTC -Dfile.encoding=UTF-8"
@@ -23,11 +25,31 @@ LIGHT_JOB_ROWS = 300_000
 ROWS_PER_SHUFFLE_PARTITION = 250_000
 
 
+# A short run's work is mostly the JVM warming up, so it also skips what only pays off on many rows:
+# - code generation: compiling generated Java (Janino) costs more CPU than it saves on a day's rows; Janino's
+#   name look-ups also scan Spark's 280 jars; without it, operators and expressions run interpreted;
+# - compressing the cached frames: gathering the compression statistics was a tenth of the tasks' CPU time, and a
+#   day's cached rows are a few megabytes;
+# - the G1 collector's concurrent and parallel threads: the serial collector does the few young collections of a
+#   mostly empty heap on the thread that needs them.
+# Measured on the shared 2-core machine (docs/PERFORMANCE.md, "Nightly analytics"): code generation off took a
+# day's run from 49.9 to 46.7 CPU-seconds, the serial collector to 42.8 (single runs under load).
+LIGHT_JOB_CONF = {
+    "spark.sql.codegen.wholeStage": "false",
+    "spark.sql.codegen.factoryMode": "NO_CODEGEN",
+    "spark.sql.inMemoryColumnarStorage.compressed": "false",
+}
+LIGHT_JOB_JAVA_OPTIONS = " -XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
 def tuning_for(rows: int) -> dict[str, str]:
     """Return Spark properties sized for a run that reads about `rows` orders (and as many outbox rows, credits)."""
     partitions = max(2, min(settings.ANALYTICS_SHUFFLE_PARTITIONS, -(-rows // ROWS_PER_SHUFFLE_PARTITION)))
-    driver_options = UTC_JAVA_OPTIONS + (" -XX:TieredStopAtLevel=1" if rows <= LIGHT_JOB_ROWS else "")
-    return {"spark.sql.shuffle.partitions": str(partitions), "spark.driver.extraJavaOptions": driver_options}
+    tuning = {"spark.sql.shuffle.partitions": str(partitions), "spark.driver.extraJavaOptions": UTC_JAVA_OPTIONS}
+    if rows <= LIGHT_JOB_ROWS:
+        tuning |= LIGHT_JOB_CONF
+        tuning["spark.driver.extraJavaOptions"] += LIGHT_JOB_JAVA_OPTIONS
+    return tuning
 
 
 def spark_conf(
@@ -92,11 +114,17 @@ def spark_session_create(
 
 @contextmanager
 def spark_session(*, tuning: dict[str, str] | None = None, verbose: bool = False) -> Iterator[SparkSession]:
-    """Yield the active SparkSession if there is one (tests share one), else start one and stop it afterwards."""
+    """Yield the active SparkSession if there is one (tests share one), else start one and stop it afterwards.
+
+    A session started here maps the driver's class archive when one has been written (analytics/class_archive.py).
+    """
     active = SparkSession.getActiveSession()
     if active is not None:
         yield active
         return
+    tuning = dict(tuning or {})
+    driver_options = tuning.get("spark.driver.extraJavaOptions", UTC_JAVA_OPTIONS)
+    tuning["spark.driver.extraJavaOptions"] = driver_options + class_archive.archive_option()
     spark = spark_session_create(tuning=tuning, verbose=verbose)
     try:
         yield spark

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
-from analytics.extract import CREDITS_SCHEMA, DEAD_LETTERS_SCHEMA, LOGS_SCHEMA, ORDERS_SCHEMA
+from analytics.schemas import CREDITS_SCHEMA, DEAD_LETTERS_SCHEMA, LOGS_SCHEMA, ORDERS_SCHEMA
 from analytics.spark import spark_session_create
 
 

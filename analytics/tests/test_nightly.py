@@ -16,8 +16,9 @@ from django.utils import timezone
 from analytics.checks import CHECK_NAMES
 from analytics.models import CheckResult, DailyMetrics, NightlyRun, UserDailyCredits, Violation
 from analytics.period import Period
-from analytics.seed import plant_inconsistencies, seed_demo_data
-from analytics.services import run_lock
+from analytics.plant import plant_inconsistencies
+from analytics.runs import run_lock
+from analytics.seed import seed_demo_data
 from credits.models import DeadLetter, OrderCredit
 from credits.services import credit_award
 from orders.models import Order

@@ -1,7 +1,11 @@
-"""The Spark properties the job runs with: Spark's own start-up warnings stay out unless asked for."""
+"""The Spark properties the job runs with: Spark's own start-up warnings stay out unless asked for; a short run
+skips what only pays off on many rows; the class archive is mapped once written."""
 
 from pathlib import Path
 
+import pyspark
+
+from analytics import class_archive
 from analytics.spark import QUIET_LOG4J_OPTION, spark_conf, tuning_for
 
 
@@ -15,3 +19,23 @@ def test_the_driver_gets_the_quiet_logging_profile_unless_verbose():
     assert QUIET_LOG4J_OPTION not in quiet["spark.executor.extraJavaOptions"]  # executors log on their own machines
     profile = Path(QUIET_LOG4J_OPTION.split("file:", 1)[1]).read_text()
     assert "org.apache.spark.util.Utils" in profile and "org.apache.hadoop.util.NativeCodeLoader" in profile
+
+
+def test_a_started_session_maps_the_class_archive_only_once_written(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    assert class_archive.archive_option() == ""
+
+    path = class_archive.archive_path()
+    assert path.is_relative_to(tmp_path) and f"pyspark-{pyspark.__version__}-" in path.name
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b"")
+    assert class_archive.archive_option() == f" -XX:SharedArchiveFile={path}"
+
+
+def test_a_day_runs_light_and_a_month_keeps_code_generation():
+    day, month = tuning_for(50_000), tuning_for(1_500_000)
+
+    assert day["spark.sql.codegen.wholeStage"] == "false" and "-XX:+UseSerialGC" in day["spark.driver.extraJavaOptions"]
+    assert (
+        "spark.sql.codegen.wholeStage" not in month and "-XX:+UseSerialGC" not in month["spark.driver.extraJavaOptions"]
+    )

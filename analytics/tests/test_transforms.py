@@ -5,8 +5,8 @@ from datetime import date
 import pytest
 from pyspark.testing import assertDataFrameEqual
 
-from analytics.extract import DAILY_HISTORY_SCHEMA, FIRST_ORDERS_SCHEMA
 from analytics.period import Period
+from analytics.schemas import DAILY_HISTORY_SCHEMA, FIRST_ORDERS_SCHEMA
 from analytics.tests.conftest import at
 from analytics.transforms import (
     transform_award_latency,

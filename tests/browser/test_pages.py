@@ -8,9 +8,9 @@ from selenium.webdriver.support.ui import Select
 
 from analytics import load
 from analytics.checks import CheckContext
-from analytics.jobs import CheckOutcome, DayResult
 from analytics.models import CheckResult, NightlyRun
 from analytics.period import Period
+from analytics.results import CheckOutcome, DayResult
 from credits.models import DeadLetter, OrderCredit
 from credits.services import dead_letter_record
 from credits.tests.support import place_order

@@ -6,8 +6,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
-from analytics import services
-from analytics.jobs import run_nightly
+from analytics import runs
 from analytics.period import Period, parse_day
 from core.tracing import tracing_setup
 
@@ -31,45 +30,29 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
-        days, repair = options["days"], options["repair"]
+        days = options["days"]
         if days < 1 or days > 366:
             raise CommandError("--days must be between 1 and 366")
         tracing_setup(service_name="creditshop-analytics", sql=settings.TRACING_SQL_SPANS)
         period = Period.ending(options["date"] or timezone.now().date() - timedelta(days=1), days=days)
         try:
-            with services.run_lock(period=period):
-                run = services.run_start(period=period, repair=repair, spark_master=settings.SPARK_MASTER)
-                self.stdout.write(f"nightly run #{run.pk} for {period} on {settings.SPARK_MASTER}")
-                try:
-                    results = run_nightly(
-                        run=run,
-                        period=period,
-                        repair_requested=repair,
-                        write=self._progress,
-                        # Spark's own start-up warnings only when asked for: -v 2.
-                        verbose=options["verbosity"] > 1,
-                    )
-                except BaseException as exc:
-                    services.run_fail(run=run, error=exc)
-                    raise
-                services.run_succeed(
-                    run=run,
-                    orders=sum(day.metrics["orders"] for day in results),
-                    credits=sum(day.metrics["credits_awarded"] for day in results),
-                    violations=sum(day.violations for day in results),
-                    ok=all(day.ok for day in results),
-                    reenqueued=sum(day.repair.reenqueued for day in results if day.repair),
-                    repair_summary={str(day.date): day.repair.as_dict() for day in results if day.repair},
-                )
-        except services.RunLocked as exc:
+            outcome = runs.nightly_run(
+                period=period,
+                repair=options["repair"],
+                write=self._progress,
+                # Spark's own start-up warnings only when asked for: -v 2.
+                verbose=options["verbosity"] > 1,
+            )
+        except runs.RunLocked as exc:
             raise CommandError(str(exc)) from None
         except Exception as exc:
             raise CommandError(f"nightly run failed: {exc.__class__.__name__}: {exc}") from exc
-        for day in results:
+        for day in outcome.days:
             verdict = "ok" if day.ok else f"{day.violations:,} violations"
             found = ", ".join(f"{name}={o.count:,}" for name, o in day.checks.items() if o.count)
             repaired = f"; re-enqueued {day.repair.reenqueued}" if day.repair else ""
             self.stdout.write(f"{day.date}: {verdict}{' (' + found + ')' if found else ''}{repaired}")
+        run = outcome.run
         self.stdout.write(f"run #{run.pk} succeeded in {run.duration_seconds:.1f}s; reports in {settings.REPORTS_DIR}")
 
     def _progress(self, line: str) -> None:

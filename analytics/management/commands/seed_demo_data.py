@@ -7,7 +7,8 @@ from django.utils import timezone
 from tqdm import tqdm
 
 from analytics.period import parse_day
-from analytics.seed import plant_inconsistencies, seed_demo_data
+from analytics.plant import plant_inconsistencies
+from analytics.seed import seed_demo_data
 
 
 class Command(BaseCommand):
@@ -47,5 +48,5 @@ class Command(BaseCommand):
             planted = plant_inconsistencies(day=end, seed=seed)
             self.stdout.write(f"planted on {end} (the ids the nightly checks must report):")
             for name, ids in planted.items():
-                note = "" if ids else "  (not plantable here: see analytics.seed.plant_inconsistencies)"
+                note = "" if ids else "  (not plantable here: see analytics.plant.plant_inconsistencies)"
                 self.stdout.write(f"  {name}: {ids}{note}")

@@ -1,0 +1,182 @@
+"""The nightly run's lifecycle, in one place: the per-day lock, the run's history row, its stages, its outcome.
+
+`nightly_run` is what the command (and so the Celery task) calls: it takes the lock, records the run, runs the
+job's stages (analytics/jobs.py) with their progress, and records success with the counts or failure with the
+stage and traceback. The job's work itself (Spark, loads) knows nothing of locks or history rows.
+"""
+
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import date, datetime
+
+import MySQLdb
+from django.conf import settings
+from django.db import connection, connections
+from django.utils import timezone
+
+from analytics import jobs
+from analytics.models import NightlyRun
+from analytics.period import Period
+from analytics.results import DayResult
+from core.errors import ApplicationError
+
+
+class RunLocked(ApplicationError):
+    status = 409
+
+
+@dataclass
+class RunOutcome:
+    run: NightlyRun
+    days: list[DayResult]
+
+
+def nightly_run(*, period: Period, repair: bool, write: Callable[[str], None], verbose: bool = False) -> RunOutcome:
+    """Run the nightly job for the period under its lock, recording the run; raise RunLocked if a day is taken.
+
+    Any failure is recorded on the run (stage and traceback) and raised again.
+    """
+    with run_lock(period=period):
+        run = run_start(period=period, repair=repair, spark_master=settings.SPARK_MASTER)
+        write(f"nightly run #{run.pk} for {period} on {settings.SPARK_MASTER}")
+        progress = Progress(run=run, write=write, stages=jobs.stage_count(repair_requested=repair))
+        try:
+            days = jobs.run_nightly(run=run, period=period, repair_requested=repair, progress=progress, verbose=verbose)
+        except BaseException as exc:
+            run_fail(run=run, error=exc)
+            raise
+        run_succeed(
+            run=run,
+            orders=sum(day.metrics["orders"] for day in days),
+            credits=sum(day.metrics["credits_awarded"] for day in days),
+            violations=sum(day.violations for day in days),
+            ok=all(day.ok for day in days),
+            reenqueued=sum(day.repair.reenqueued for day in days if day.repair),
+            repair_summary={str(day.date): day.repair.as_dict() for day in days if day.repair},
+        )
+    return RunOutcome(run=run, days=days)
+
+
+class Progress:
+    """Prints each stage with its duration and what it did, and records the stage on the run."""
+
+    def __init__(self, *, run: NightlyRun, write: Callable[[str], None], stages: int) -> None:
+        self.run = run
+        self.write = write
+        self.stages = stages
+        self.index = 0
+
+    @contextmanager
+    def stage(self, name: str) -> Iterator[dict]:
+        self.index += 1
+        run_stage(run=self.run, stage=name)
+        started = time.monotonic()
+        self.write(f"[{self.index}/{self.stages}] {name} ...")
+        facts: dict = {}
+        yield facts
+        detail = ", ".join(f"{k}={v:,}" if isinstance(v, int) else f"{k}={v}" for k, v in facts.items())
+        self.write(f"[{self.index}/{self.stages}] {name} done in {time.monotonic() - started:.1f}s {detail}".rstrip())
+
+
+def lock_name(day: date) -> str:
+    """Name of the server-wide lock for one day's run, scoped to this database (GET_LOCK names are global)."""
+    return f"creditshop:{connection.settings_dict['NAME']}:nightly:{day.isoformat()}"[:64]
+
+
+@contextmanager
+def run_lock(*, period: Period) -> Iterator[None]:
+    """Hold a MariaDB named lock for every day of the period, or raise RunLocked at once.
+
+    The locks live on a connection of their own, so they last exactly as long as this block or this process:
+    a run that crashes or is killed releases them with its connection, and nothing is left to clean up.
+    """
+    db = connections["default"].settings_dict
+    holder = MySQLdb.connect(
+        host=db.get("HOST") or "127.0.0.1",
+        port=int(db.get("PORT") or 3306),
+        user=db.get("USER") or "root",
+        password=db.get("PASSWORD") or "",
+        database=db["NAME"],
+        connect_timeout=5,
+    )
+    try:
+        cursor = holder.cursor()
+        for day in period.dates:
+            cursor.execute("SELECT GET_LOCK(%s, 0)", [lock_name(day)])
+            if cursor.fetchone()[0] != 1:
+                raise RunLocked(f"another nightly run for {day} is in progress")
+        yield
+    finally:
+        holder.close()
+
+
+def run_start(*, period: Period, repair: bool, spark_master: str, as_of: datetime | None = None) -> NightlyRun:
+    """Record a new run; call it while holding run_lock for the period.
+
+    Runs still marked running for these days cannot be alive (they would hold the lock): their process died,
+    so they are marked failed.
+    """
+    now = timezone.now()
+    NightlyRun.objects.filter(status=NightlyRun.Status.RUNNING, date__gte=period.first).filter(
+        date__lte=period.last
+    ).update(status=NightlyRun.Status.FAILED, finished_at=now, error="abandoned: its process ended without finishing")
+    return NightlyRun.objects.create(
+        date=period.last,
+        days=period.days,
+        repair=repair,
+        spark_master=spark_master,
+        started_at=now,
+        as_of=as_of or now,
+    )
+
+
+def run_stage(*, run: NightlyRun, stage: str) -> None:
+    """Record which stage a running run is in."""
+    NightlyRun.objects.filter(pk=run.pk, status=NightlyRun.Status.RUNNING).update(stage=stage)
+    run.stage = stage
+
+
+def run_succeed(
+    *,
+    run: NightlyRun,
+    orders: int,
+    credits: int,
+    violations: int,
+    ok: bool,
+    reenqueued: int = 0,
+    repair_summary: dict | None = None,
+) -> NightlyRun:
+    """Mark a running run succeeded with its counts."""
+    finished = timezone.now()
+    fields = {
+        "status": NightlyRun.Status.SUCCEEDED,
+        "stage": "done",
+        "finished_at": finished,
+        "duration_seconds": (finished - run.started_at).total_seconds(),
+        "orders": orders,
+        "credits": credits,
+        "violations": violations,
+        "ok": ok,
+        "reenqueued": reenqueued,
+        "repair_summary": repair_summary or {},
+    }
+    if not NightlyRun.objects.filter(pk=run.pk, status=NightlyRun.Status.RUNNING).update(**fields):
+        raise ApplicationError(f"run {run.pk} is no longer running")
+    for name, value in fields.items():
+        setattr(run, name, value)
+    return run
+
+
+def run_fail(*, run: NightlyRun, error: BaseException) -> None:
+    """Mark a running run failed, keeping the stage it failed in and the traceback."""
+    finished = timezone.now()
+    NightlyRun.objects.filter(pk=run.pk, status=NightlyRun.Status.RUNNING).update(
+        status=NightlyRun.Status.FAILED,
+        finished_at=finished,
+        duration_seconds=(finished - run.started_at).total_seconds(),
+        error="".join(traceback.format_exception(error))[-20_000:],
+    )
+    run.status = NightlyRun.Status.FAILED
