@@ -217,7 +217,8 @@ def cpu_seconds(pid: int) -> float:
     """Return the user + system CPU time a process has used so far (NaN once it has exited)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except FileNotFoundError:  # a short-lived process taken for a server (rabbitmqctl's VM is a beam.smp too)
+    # A short-lived process (rabbitmqctl's VM is a beam.smp too; a worker's child) may be gone by the time it is read.
+    except (FileNotFoundError, ProcessLookupError):
         return float("nan")
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -225,7 +226,8 @@ def cpu_seconds(pid: int) -> float:
 def tree_cpu_seconds(pid: int) -> float:
     """Return the CPU time of a process and its live children (the prefork pool)."""
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return cpu_seconds(pid) + sum(cpu_seconds(int(child)) for child in children)
+    # A child that exited meanwhile (NaN, which is not equal to itself) counts nothing.
+    return cpu_seconds(pid) + sum(seconds for child in children if (seconds := cpu_seconds(int(child))) == seconds)
 
 
 def server_pids() -> dict[str, int]:
