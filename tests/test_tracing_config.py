@@ -4,6 +4,12 @@ import json
 import logging
 
 import pytest
+from django.db import connections
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 
 from core import tracing
 from core.logs import TraceContextFilter, json_formatter, transaction_bound
@@ -63,3 +69,26 @@ def test_a_transaction_id_given_as_extra_wins_over_the_bound_one():
         TraceContextFilter().filter(record)
 
     assert record.transaction_id == "e" * 32
+
+
+@pytest.mark.django_db
+def test_each_statement_gets_a_client_span_under_the_current_one_unless_its_trace_is_sampled_out():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    sampled_out = NonRecordingSpan(SpanContext(trace_id=1, span_id=2, is_remote=True, trace_flags=TraceFlags(0)))
+    connection = connections["credits"]
+
+    with connection.execute_wrapper(tracing.SqlSpans(tracer)), connection.cursor() as cursor:
+        with tracer.start_as_current_span("credits.award") as award:
+            cursor.execute("SELECT %s", [1])
+        with trace.use_span(sampled_out):
+            cursor.execute("SELECT %s", [2])
+
+    statement, parent = exporter.get_finished_spans()
+    assert (statement.name, statement.kind, parent.name) == ("SELECT", SpanKind.CLIENT, "credits.award")
+    assert statement.parent.span_id == award.get_span_context().span_id
+    assert statement.attributes["db.statement"] == "SELECT %s"
+    assert statement.attributes["db.system"] == "mysql"
+    assert statement.attributes["db.name"] == connection.settings_dict["NAME"]
