@@ -112,9 +112,9 @@ def tracing_setup(*, service_name: str, django: bool = False, celery: bool = Fal
 
         DjangoInstrumentor().instrument(tracer_provider=provider)
     if celery:
-        from opentelemetry.instrumentation.celery import CeleryInstrumentor
+        from core.celery_spans import celery_spans_install
 
-        CeleryInstrumentor().instrument(tracer_provider=provider)
+        celery_spans_install(_state["tracer"])
     _state["enabled"] = True
     logger.info("tracing on: exporting spans as %s", provider.resource.attributes.get(SERVICE_NAME))
     return True

@@ -2,8 +2,10 @@
 
 import json
 import logging
+from types import SimpleNamespace
 
 import pytest
+from celery import signals
 from django.db import connections
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -12,6 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags
 
 from core import tracing
+from core.celery_spans import celery_spans_install
 from core.logs import TraceContextFilter, json_formatter, transaction_bound
 
 
@@ -92,3 +95,39 @@ def test_each_statement_gets_a_client_span_under_the_current_one_unless_its_trac
     assert statement.attributes["db.statement"] == "SELECT %s"
     assert statement.attributes["db.system"] == "mysql"
     assert statement.attributes["db.name"] == connection.settings_dict["NAME"]
+
+
+def test_a_task_run_continues_its_messages_trace_and_a_publish_from_it_carries_its_own_span():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+
+    class Task:  # what the handlers read of a task; eager, so the worker's connection handlers leave it alone
+        name = "credits.award_credits"
+        request = SimpleNamespace(
+            traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", retries=1, is_eager=True
+        )
+
+    task = Task()
+    headers = {"id": "t1"}
+    uninstall = celery_spans_install(provider.get_tracer("test"))
+    try:
+        signals.task_prerun.send(sender=task, task_id="t1", task=task)
+        signals.before_task_publish.send(sender=task.name, headers=headers)
+        signals.after_task_publish.send(sender=task.name, headers=headers)
+        signals.task_postrun.send(sender=task, task_id="t1", task=task, state="SUCCESS")
+    finally:
+        uninstall()
+
+    publish, run = exporter.get_finished_spans()
+    assert (run.name, run.kind) == ("run/credits.award_credits", SpanKind.CONSUMER)
+    assert run.context.trace_id == 0x0AF7651916CD43DD8448EB211C80319C and run.parent.span_id == 0xB7AD6B7169203331
+    assert run.attributes["messaging.message_id"] == "t1" and run.attributes["celery.retries"] == 1
+    assert (publish.name, publish.kind, publish.parent.span_id) == (
+        "apply_async/credits.award_credits",
+        SpanKind.PRODUCER,
+        run.context.span_id,
+    )
+    # The published message continues the trace from the publish span.
+    assert headers["traceparent"] == f"00-{run.context.trace_id:032x}-{publish.context.span_id:016x}-01"
+    assert trace.get_current_span() is trace.INVALID_SPAN
