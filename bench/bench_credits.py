@@ -14,10 +14,11 @@ With --cluster-broker-url URL it compares that quorum-queue cluster with the con
 
 Exit status 1 when an order is credited twice or not at all, or a balance disagrees with its entries.
 
-Tracing overhead: ``--compare-tracing ROUNDS`` drains the backlog ROUNDS times for each of: today's code from
-another checkout (``--baseline-dir``, same venv; skipped without it), this code with tracing off (packages
+Tracing overhead: ``--compare-tracing ROUNDS`` drains the backlog ROUNDS times for each of: another checkout
+(``--baseline-dir``, same venv; skipped without it) with tracing off, this code with tracing off (packages
 installed, no OTEL_* set), this code with tracing on (every trace sampled, exported over OTLP/HTTP to a sink in this
-process), and tracing on without the per-statement SQL spans, interleaved within each round. Every message carries a
+process), tracing on without the per-statement SQL spans, and the other checkout with tracing on, interleaved within
+each round. Every message carries a
 traceparent and the relay's creation-time header in all variants, as the relay sends them, so the worker's spans are
 children of a (synthetic) order request.
 
@@ -270,7 +271,12 @@ def compare_tracing(args: argparse.Namespace) -> int:
         "tracing on, TRACING_SQL_SPANS=false": {"env": {**sink.env(), "TRACING_SQL_SPANS": "false"}},
     }
     if args.baseline_dir:
-        variants = {"baseline (today's code)": {"code_dir": Path(args.baseline_dir)}, **variants}
+        baseline = {"code_dir": Path(args.baseline_dir)}
+        variants = {
+            "baseline (other checkout)": baseline,
+            **variants,
+            "baseline, tracing on": {**baseline, "env": sink.env()},
+        }
     runs: dict[str, list[dict]] = {name: [] for name in variants}
     failed = 0
     try:
