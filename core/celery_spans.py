@@ -6,9 +6,10 @@ span: it copied up to nineteen request fields onto it (the delivery info as a st
 (docs/PERFORMANCE.md, "Tracing overhead"). The spans and their names are the library's:
 
 - ``run/<task name>`` (consumer): a child of the context the message's headers carry (W3C ``traceparent``,
-  ``tracestate``, read by the process's propagators), current while the task runs; marked as an error when it fails.
+  ``tracestate``), current while the task runs; marked as an error when it fails.
 - ``apply_async/<task name>`` (producer): a publish made while a task runs (a retry), a child of the current span;
-  its context goes into the published message's headers, so the run of that message is its child.
+  its context goes into the published message's headers, so the run of that message is its child. In a trace that
+  is sampled out, no span: the headers carry the current context on.
 
 Attributes: ``celery.task_name``, ``messaging.message_id`` (the task id: the outbox transaction id) and, when not
 zero, ``celery.retries``. Installed by core.tracing.tracing_setup(celery=True).
@@ -17,26 +18,28 @@ zero, ``celery.retries``. Installed by core.tracing.tracing_setup(celery=True).
 from collections.abc import Callable
 
 from celery import signals
-from opentelemetry import context, propagate, trace
-from opentelemetry.propagators.textmap import Getter
+from opentelemetry import context, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
+from core.tracing import TRACEPARENT, TRACESTATE, sampled_out
+
+# W3C trace context only, as the outbox carries it (core.tracing): the process's OTEL_PROPAGATORS composite also
+# looked for baggage in every message, which nothing here sends.
+_PROPAGATOR = TraceContextTextMapPropagator()
 # The spans in flight, by (task id, is a publish): a retry is published under the id of the task that is running.
 _open: dict[tuple[str, bool], tuple[trace.Span, object]] = {}
 
 
-class _RequestGetter(Getter):
-    """Read propagation headers from a task request, which exposes a message's headers as attributes."""
-
-    def get(self, carrier, key: str) -> list[str] | None:
-        value = getattr(carrier, key, None)
-        return [value] if isinstance(value, str) else None
-
-    def keys(self, carrier) -> list[str]:
-        return []
-
-
-_GETTER = _RequestGetter()
+def _message_context(request) -> context.Context | None:
+    """Return the trace context a task's message carries (Celery exposes its headers as request attributes)."""
+    traceparent = getattr(request, TRACEPARENT, None)
+    if not isinstance(traceparent, str):
+        return None
+    carrier = {TRACEPARENT: traceparent}
+    if isinstance(tracestate := getattr(request, TRACESTATE, None), str):
+        carrier[TRACESTATE] = tracestate
+    return _PROPAGATOR.extract(carrier)
 
 
 def celery_spans_install(tracer: trace.Tracer) -> Callable[[], None]:
@@ -46,7 +49,7 @@ def celery_spans_install(tracer: trace.Tracer) -> Callable[[], None]:
         if task is None or task_id is None:
             return
         request = task.request
-        parent = propagate.extract(request, getter=_GETTER)
+        parent = _message_context(request)
         attributes = {"celery.task_name": task.name, "messaging.message_id": task_id}
         if request.retries:
             attributes["celery.retries"] = request.retries
@@ -80,12 +83,16 @@ def celery_spans_install(tracer: trace.Tracer) -> Callable[[], None]:
         task_id = (headers or {}).get("id")
         if task_id is None:
             return
+        if sampled_out():
+            # The message carries the trace on, still sampled out, with no span of its own.
+            _PROPAGATOR.inject(headers)
+            return
         span = tracer.start_span(
             f"apply_async/{sender}",
             kind=SpanKind.PRODUCER,
             attributes={"celery.task_name": str(sender), "messaging.message_id": task_id},
         )
-        propagate.inject(headers, context=trace.set_span_in_context(span))
+        _PROPAGATOR.inject(headers, context=trace.set_span_in_context(span))
         _open[(task_id, True)] = (span, None)
 
     def publish_end(headers=None, **kwargs) -> None:

@@ -124,6 +124,16 @@ def _tracer() -> trace.Tracer:
     return _state["tracer"]
 
 
+def sampled_out() -> bool:
+    """Return whether the current span is in a trace that is not recorded: then so would be any child of it.
+
+    True for every standard sampler (parent-based ones follow the parent; a trace id ratio decides the same for
+    every span of a trace; always_on records all), so a child that would not be recorded need not be made at all.
+    """
+    current = trace.get_current_span()
+    return not current.is_recording() and current.get_span_context().is_valid
+
+
 class SqlSpans:
     """A Django execute wrapper giving each SQL statement a client span, a child of the current span.
 
@@ -138,8 +148,7 @@ class SqlSpans:
         self.tracer = tracer
 
     def __call__(self, execute, sql, params, many, context):
-        parent = trace.get_current_span()
-        if not parent.is_recording() and parent.get_span_context().is_valid:
+        if sampled_out():
             return execute(sql, params, many, context)
         connection = context["connection"]
         settings_dict = connection.settings_dict
@@ -209,9 +218,10 @@ def span(
 ) -> Iterator[trace.Span | None]:
     """Run the block in a new current span (a child of the current one), linked to the given trace contexts.
 
-    Yields None when tracing is off, so callers setting attributes on the way must check.
+    Yields None when tracing is off or the current trace is not recorded (sampled out), so callers setting
+    attributes on the way must check.
     """
-    if not tracing_enabled():
+    if not tracing_enabled() or sampled_out():
         yield None
         return
     with _tracer().start_as_current_span(name, kind=kind, attributes=attributes, links=links_to(linked_to)) as current:

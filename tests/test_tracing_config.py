@@ -131,3 +131,34 @@ def test_a_task_run_continues_its_messages_trace_and_a_publish_from_it_carries_i
     # The published message continues the trace from the publish span.
     assert headers["traceparent"] == f"00-{run.context.trace_id:032x}-{publish.context.span_id:016x}-01"
     assert trace.get_current_span() is trace.INVALID_SPAN
+
+
+def test_in_a_sampled_out_trace_a_run_makes_no_child_spans_and_a_publish_carries_the_trace_on():
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+
+    class Task:
+        name = "credits.award_credits"
+        request = SimpleNamespace(
+            traceparent="00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00", retries=0, is_eager=True
+        )
+
+    task = Task()
+    headers = {"id": "t2"}
+    uninstall = celery_spans_install(provider.get_tracer("test"))
+    try:
+        signals.task_prerun.send(sender=task, task_id="t2", task=task)
+        assert tracing.sampled_out()
+        signals.before_task_publish.send(sender=task.name, headers=headers)
+        signals.after_task_publish.send(sender=task.name, headers=headers)
+        signals.task_postrun.send(sender=task, task_id="t2", task=task, state="SUCCESS")
+    finally:
+        uninstall()
+
+    assert exporter.get_finished_spans() == ()
+    assert (
+        headers["traceparent"].startswith("00-0af7651916cd43dd8448eb211c80319c-")
+        and headers["traceparent"][-3:] == "-00"
+    )
+    assert not tracing.sampled_out()
