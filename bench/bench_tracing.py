@@ -9,7 +9,7 @@ over OTLP/HTTP to a sink in this (parent) process, whose CPU is not counted.
     export CREDITS_DATABASE_URL=mysql://root:@127.0.0.1:3306/creditshop_bench_credits
     DJANGO_DEBUG=false python bench/bench_tracing.py --awards 2000 --rounds 5
     DJANGO_DEBUG=false python bench/bench_tracing.py --awards 2000 --profile on     # cProfile of one variant
-    DJANGO_DEBUG=false python bench/bench_tracing.py --awards 2000 --other-dir /tmp/before  # older code's "on" too
+    DJANGO_DEBUG=false python bench/bench_tracing.py --awards 2000 --other-dir /tmp/before  # older code's too
     python bench/bench_tracing.py --spans 20000 --rounds 5                          # the bare span floor
 
 The award rows it writes (order ids from 9e15 up, users 9e15 + 0..49) are deleted after each run.
@@ -54,7 +54,7 @@ def parse_args() -> argparse.Namespace:
         type=Path,
         action="append",
         default=[],
-        help="another checkout (with this file copied into its bench/): adds its tracing-on variant to each round;"
+        help="another checkout (with this file copied into its bench/): adds its variants but off to each round;"
         " repeatable",
     )
     parser.add_argument("--child", help=argparse.SUPPRESS)
@@ -67,8 +67,7 @@ def main() -> int:
         return child(args)
     sink = OtlpSink()
     names = args.variants.split(",")
-    for other in args.other_dir:
-        names.insert(names.index("on") if "on" in names else len(names), f"{other}: on")
+    names += [f"{other}: {name}" for other in args.other_dir for name in names if name != "off"]
     if args.spans:
         names = list(SPAN_VARIANTS)
     if args.profile:
@@ -289,6 +288,9 @@ SPAN_VARIANTS = {
     "span, no processor": {"PROCESSOR": "none"},
     "span + BatchSpanProcessor, exporter dropping": {"PROCESSOR": "drop"},
     "span + BatchSpanProcessor + OTLP/HTTP export": {"ON": "1", "PROCESSOR": "otlp"},
+    # As in an award: each span around a database round trip, which leaves the CPU's caches to other processes.
+    "SELECT 1 on the credits database, no span": {"PROCESSOR": "none", "SELECT": "1", "NO_SPAN": "1"},
+    "SELECT 1 in a span + BatchSpanProcessor + OTLP/HTTP export": {"ON": "1", "PROCESSOR": "otlp", "SELECT": "1"},
 }
 
 
@@ -319,11 +321,25 @@ def span_child(args: argparse.Namespace) -> int:
         "net.peer.name": "127.0.0.1",
     }
 
+    work = lambda: None  # noqa: E731
+    no_span = bool(os.environ.get("NO_SPAN"))
+    if os.environ.get("SELECT"):
+        import django
+
+        django.setup()
+        from django.db import connections
+
+        cursor = connections["credits"].cursor()
+        work = lambda: cursor.execute("SELECT 1")  # noqa: E731
+
     def spans(n: int) -> None:
         with tracer.start_as_current_span("parent"):
             for _ in range(n):
+                if no_span:
+                    work()
+                    continue
                 with tracer.start_as_current_span("UPDATE", kind=SpanKind.CLIENT, attributes=attributes):
-                    pass
+                    work()
 
     spans(2000)
     provider.force_flush()
