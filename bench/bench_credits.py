@@ -14,10 +14,11 @@ With --cluster-broker-url URL it compares that quorum-queue cluster with the con
 
 Exit status 1 when an order is credited twice or not at all, or a balance disagrees with its entries.
 
-Tracing overhead: ``--compare-tracing ROUNDS`` drains the backlog ROUNDS times for each of: today's code from
-another checkout (``--baseline-dir``, same venv; skipped without it), this code with tracing off (packages
+Tracing overhead: ``--compare-tracing ROUNDS`` drains the backlog ROUNDS times for each of: another checkout
+(``--baseline-dir``, same venv; skipped without it) with tracing off, this code with tracing off (packages
 installed, no OTEL_* set), this code with tracing on (every trace sampled, exported over OTLP/HTTP to a sink in this
-process), and tracing on without the per-statement SQL spans, interleaved within each round. Every message carries a
+process), tracing on without the per-statement SQL spans, and the other checkout with tracing on, interleaved within
+each round. Every message carries a
 traceparent and the relay's creation-time header in all variants, as the relay sends them, so the worker's spans are
 children of a (synthetic) order request.
 
@@ -217,7 +218,8 @@ def cpu_seconds(pid: int) -> float:
     """Return the user + system CPU time a process has used so far (NaN once it has exited)."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except FileNotFoundError:  # a short-lived process taken for a server (rabbitmqctl's VM is a beam.smp too)
+    # A short-lived process (rabbitmqctl's VM is a beam.smp too; a worker's child) may be gone by the time it is read.
+    except (FileNotFoundError, ProcessLookupError):
         return float("nan")
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
@@ -225,7 +227,8 @@ def cpu_seconds(pid: int) -> float:
 def tree_cpu_seconds(pid: int) -> float:
     """Return the CPU time of a process and its live children (the prefork pool)."""
     children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    return cpu_seconds(pid) + sum(cpu_seconds(int(child)) for child in children)
+    # A child that exited meanwhile (NaN, which is not equal to itself) counts nothing.
+    return cpu_seconds(pid) + sum(seconds for child in children if (seconds := cpu_seconds(int(child))) == seconds)
 
 
 def server_pids() -> dict[str, int]:
@@ -268,7 +271,12 @@ def compare_tracing(args: argparse.Namespace) -> int:
         "tracing on, TRACING_SQL_SPANS=false": {"env": {**sink.env(), "TRACING_SQL_SPANS": "false"}},
     }
     if args.baseline_dir:
-        variants = {"baseline (today's code)": {"code_dir": Path(args.baseline_dir)}, **variants}
+        baseline = {"code_dir": Path(args.baseline_dir)}
+        variants = {
+            "baseline (other checkout)": baseline,
+            **variants,
+            "baseline, tracing on": {**baseline, "env": sink.env()},
+        }
     runs: dict[str, list[dict]] = {name: [] for name in variants}
     failed = 0
     try:
