@@ -160,6 +160,10 @@ class ClusterDelayedDelivery(DelayedDelivery):
     about 20 s, and the worker consumes nothing meanwhile: after losing a cluster node, each reconnection stalled
     there (tests/reliability/test_node_loss.py). A cluster shares its exchanges, queues and bindings, so one node
     is enough, and it is the one the consumer just connected to.
+
+    It binds the queues this worker consumes (declared by then), not every queue the app knows: on a new vhost a
+    `-Q credits` worker would otherwise fail to start, binding `analytics`, whose exchange nobody had declared yet.
+    Each queue's own workers bind it.
     """
 
     def start(self, c: Consumer) -> None:
@@ -167,7 +171,7 @@ class ClusterDelayedDelivery(DelayedDelivery):
             declare_native_delayed_delivery_exchanges_and_queues(
                 connection, c.app.conf.broker_native_delayed_delivery_queue_type
             )
-            for queue in c.app.amqp.queues.values():
+            for queue in c.task_consumer.queues:
                 # Nothing is ever delayed to credits.dead, whose direct exchange Celery would only warn about.
                 if queue.name != CREDITS_DEAD_QUEUE:
                     bind_queue_to_native_delayed_delivery_exchange(connection, queue)

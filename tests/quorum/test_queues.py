@@ -9,7 +9,7 @@ from kombu import Connection
 from kombu.transport.native_delayed_delivery import level_name
 
 from config.celery import task_queues
-from core.contract import CREDITS_DEAD_QUEUE, CREDITS_QUEUE, OUTBOX_QUEUE, QUEUE_TYPE_QUORUM
+from core.contract import ANALYTICS_QUEUE, CREDITS_DEAD_QUEUE, CREDITS_QUEUE, OUTBOX_QUEUE, QUEUE_TYPE_QUORUM
 from credits.models import DeadLetter, OrderCredit
 from credits.tests.support import DatabaseFaults, Worker, place_order, wait_until
 from outbox.claims import ClaimedMessage
@@ -93,6 +93,20 @@ def test_the_queues_are_quorum_queues_replicated_on_every_node(quorum):
     members = cluster.ctl(1, "-q", "list_queues", "name", "members", "--no-table-headers")
     credits_line = next(line for line in members.splitlines() if line.split()[0] == CREDITS_QUEUE)
     assert all(f"cs{n}@localhost" in credits_line for n in (1, 2, 3))
+
+
+def test_a_credits_worker_starts_where_the_other_queues_were_never_declared(quorum, user):
+    """A `-Q credits` worker binds only what it consumes to the delayed-delivery exchanges: on a new vhost it once
+    failed to start, binding `analytics`, whose exchange no one had declared (bench_credits on a fresh cluster)."""
+    cluster, start_worker, _faults = quorum
+    with Connection(cluster.broker_url) as connection:
+        channel = connection.default_channel
+        channel.queue_delete(ANALYTICS_QUEUE)
+        channel.exchange_delete(ANALYTICS_QUEUE)
+    start_worker()
+    order_id, payload = place_order(user=user, total=4)
+    publish(cluster.broker_url, payload)
+    wait_until(lambda: OrderCredit.objects.filter(order_id=order_id).exists(), timeout=30, what="the award")
 
 
 def test_a_retry_waits_in_the_broker_not_in_the_worker(quorum, user):
