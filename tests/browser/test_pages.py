@@ -4,7 +4,8 @@ from datetime import date, timedelta
 
 import pytest
 from django.utils import timezone
-from selenium.webdriver.support.ui import Select
+from selenium.webdriver.support import expected_conditions
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from analytics import load
 from analytics.checks import CheckContext
@@ -25,7 +26,10 @@ def select_rows_and_act(browser, action: str, *row_ids) -> None:
     for row_id in row_ids:
         browser.click(f"input.action-select[value='{row_id}']")
     Select(browser.find("select[name=action]")).select_by_value(action)
+    page = browser.find("html")
     browser.click("button[name=index]")
+    # The action answers with a new page: wait until this one is gone, or the next find may read its messages.
+    WebDriverWait(browser.driver, 15).until(expected_conditions.staleness_of(page))
 
 
 def test_an_operator_finds_a_stuck_message_and_retries_it(browser, admin_user, user):
