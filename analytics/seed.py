@@ -21,7 +21,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.hashers import make_password
 from django.db import connections, models, router, transaction
 
-from core.contract import BUSINESS_ORDER, SCHEMA_VERSION
+from core.contract import BUSINESS_ORDER, ORDER_TOTAL_MAX, SCHEMA_VERSION
 from credits.models import CreditBalance, OrderCredit
 from orders.models import Order
 from outbox.models import TransactionLog
@@ -204,7 +204,8 @@ def _generate_batches(
         for created in sorted(day_epoch + hour * 3600 + rng.random() * 3600 for hour in hours):
             # A few heavy users and a long tail; mostly small quantities with the odd bulk order.
             user_id = user_ids[int(n_users * rng.random() ** 2)]
-            total = min(10_000, 1 + int(rng.expovariate(0.35)) if rng.random() > 0.002 else rng.randint(100, 2_000))
+            quantity = 1 + int(rng.expovariate(0.35)) if rng.random() > 0.002 else rng.randint(100, 2_000)
+            total = min(ORDER_TOTAL_MAX, quantity)
             tx = f"{int(created * 1000):012x}{rng.getrandbits(80):020x}"
             published = created + 0.01 + rng.random() * 0.2
             credited = published + rng.lognormvariate(0.0, 1.0)
