@@ -171,3 +171,33 @@ def process_tree_cpu_seconds(pid: int) -> float:
     except OSError:
         return total
     return total + sum(process_tree_cpu_seconds(int(child)) for child in children)
+
+
+def listener_pids(ports: dict[str, int]) -> dict[str, int]:
+    """Return, by name, the pid of the local process listening on each TCP port (a name is left out when none is).
+
+    By port, not by process name: tests start other MariaDB and RabbitMQ servers on this host, and only the one the
+    benchmark talks to is charged.
+    """
+    inodes = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A":  # LISTEN
+                inodes[f"socket:[{fields[9]}]"] = int(fields[1].rsplit(":", 1)[1], 16)
+    wanted = {port: name for name, port in ports.items()}
+    found = {}
+    for fd in Path("/proc").glob("[0-9]*/fd/*"):
+        try:
+            port = inodes.get(os.readlink(fd))
+        except OSError:  # a process or descriptor that went away meanwhile
+            continue
+        if port in wanted:
+            found[wanted[port]] = int(fd.parent.parent.name)
+    return found
+
+
+def host_busy_seconds() -> float:
+    """Return the CPU seconds every core of this host has spent busy since boot (all processes, /proc/stat)."""
+    user, nice, system, idle, iowait, irq, softirq, steal = map(int, Path("/proc/stat").read_text().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
