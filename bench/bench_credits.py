@@ -10,6 +10,17 @@ It writes N orders with their transaction_log rows (bulk, as seed data), publish
     python manage.py migrate && python manage.py migrate --database credits
     DJANGO_DEBUG=false python bench/bench_credits.py --messages 20000 --processes 2 --pool solo
 
+Per award, from /proc, from the first award to the empty queue (start-up excluded): the CPU of the worker processes,
+of the MariaDB, RabbitMQ and Redis servers they talk to (found by their listening ports, so a test's own servers are
+not charged), their sum ("involved"), and the whole host's busy CPU (/proc/stat: every process, other work included).
+
+Before/after: ``--baseline-dir DIR --rounds N`` drains the same backlog with DIR's workers (another checkout, same
+venv) and this checkout's, tracing off, alternating which goes first in each round, and prints every run and the
+after/before ratios:
+
+    git worktree add /tmp/main main --detach
+    DJANGO_DEBUG=false python bench/bench_credits.py --messages 6000 --baseline-dir /tmp/main --rounds 4
+
 With --cluster-broker-url URL it compares that quorum-queue cluster with the configured broker (bench/brokers.py).
 
 Exit status 1 when an order is credited twice or not at all, or a balance disagrees with its entries.
