@@ -34,6 +34,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -308,7 +309,8 @@ class Pipeline:
 
 def measure_variant(pipeline: Pipeline, name: str, tokens: list[str], args: argparse.Namespace) -> dict:
     """Serve one variant from a fresh gunicorn, warm it up, then measure one wrk run against the whole host."""
-    env = {"ORDERS_RATE_LIMIT": RATE_LIMIT}
+    name, _, overrides = name.partition(":")
+    env = {"ORDERS_RATE_LIMIT": RATE_LIMIT, **dict(pair.split("=", 1) for pair in overrides.split(";") if pair)}
     if name == "plain":
         env.update(DJANGO_SETTINGS_MODULE="plain", PYTHONPATH=str(Path(__file__).resolve().parent))
     gunicorn = start_gunicorn(PORT, workers=args.workers, threads=args.threads, **env)
@@ -348,6 +350,8 @@ PROCESSES = ("gunicorn", "mariadbd", "rabbitmq", "redis", "relay", "worker", "ho
 def compare_plain(tokens: list[str], args: argparse.Namespace) -> None:
     """Run ours and plain in interleaved rounds; print every run, then the medians and the ratios ours/plain."""
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if unknown := [v for v in variants if v.partition(":")[0] not in ("ours", "plain")]:
+        sys.exit(f"unknown variants: {unknown}")
     outbox_backlog_discard("bench_orders: left pending by an earlier run")
     pipeline = Pipeline()
     runs: dict[str, list[dict]] = {name: [] for name in variants}
@@ -453,11 +457,18 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--users", type=int, default=100, help="tokens the requests rotate over")
-    parser.add_argument("--variants", default="ours,plain", help="which of ours,plain to run, in this order")
+    parser.add_argument(
+        "--variants",
+        default="ours,plain",
+        help="comma-separated, in this order: ours or plain, each optionally with environment overrides for its"
+        " gunicorn, e.g. 'ours:OUTBOX_WAKE_INTERVAL_SECONDS=0.05;ORDERS_RATE_LIMIT=none'",
+    )
     parser.add_argument("--ceiling-floor", action="store_true", help="raw DB ceiling and framework floor instead")
     parser.add_argument("--compare-tracing", type=int, default=0, metavar="ROUNDS", help="tracing overhead only")
     parser.add_argument("--baseline-dir", default=None, help="another checkout to measure as the baseline")
     args = parser.parse_args()
+    # Stopped with SIGTERM (a timeout), still stop the relay, worker and gunicorn this bench started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     setup_django()
     users = bench_users(args.users)

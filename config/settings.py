@@ -134,6 +134,8 @@ API_MAX_BODY_BYTES = 64 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
 
 ORDERS_RATE_LIMIT = env_rate("ORDERS_RATE_LIMIT", "20/second")
+# An API token's user row is cached this long in the shared cache (core/authentication.py); 0 reads it every time.
+API_TOKEN_CACHE_SECONDS = env_int("API_TOKEN_CACHE_SECONDS", 30, minimum=0)
 # An Idempotency-Key is honoured this long (as the big payment APIs do); a retry after that places a new order.
 IDEMPOTENCY_KEY_RETENTION_HOURS = env_int("IDEMPOTENCY_KEY_RETENTION_HOURS", 24, minimum=1)
 

@@ -22,7 +22,9 @@ def closed_port() -> int:
 def redis_down(settings, monkeypatch):
     default = settings.CACHES["default"]
     settings.CACHES = {"default": {**default, "LOCATION": f"redis://127.0.0.1:{closed_port()}/0"}}
-    monkeypatch.setattr(throttling, "_last_warning_at", -math.inf)  # this test's warning, not an earlier one's
+    monkeypatch.setattr(
+        throttling.cache_down, "last_warning_at", -math.inf
+    )  # this test's warning, not an earlier one's
 
 
 def test_orders_keep_flowing_when_the_cache_is_down_with_one_warning(api, settings, redis_down, caplog):
