@@ -48,3 +48,24 @@ def test_the_limit_holds_with_the_cache_up(api, settings):
 
     assert [r.status_code for r in statuses] == [201, 201, 429]
     assert 0 < int(statuses[-1].headers["Retry-After"]) <= 3600
+
+
+def test_a_window_count_is_one_round_trip_and_expires_with_its_window(settings):
+    from django.core.cache import caches
+
+    cache = caches["default"]
+    client = cache._cache.get_client(write=True)
+    sent = []
+    execute = type(client.pipeline()).execute
+
+    def counting_execute(pipeline, *args, **kwargs):
+        sent.append(len(pipeline.command_stack))
+        return execute(pipeline, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(type(client.pipeline()), "execute", counting_execute)
+        counts = [throttling.window_count_incr(cache, "window-test", ttl=2) for _ in range(3)]
+
+    assert counts == [1, 2, 3]
+    assert sent == [2, 2, 2]  # INCR and EXPIRE, sent together once per request
+    assert 0 < client.ttl(cache.make_and_validate_key("window-test")) <= 2
