@@ -18,8 +18,10 @@ row before each run shows how much. Between runs the bench waits until the relay
 
     .venv/bin/python bench/bench_orders.py --rounds 3 [--seconds 15] [--users 100]
 
-Also: ``--ceiling-floor``, the raw database ceiling (8 threads x two INSERTs and a COMMIT over mysqlclient) and the
-framework floor (an empty DRF view, bench/floor.py) beside the service, with the SQL one request runs.
+Also: ``--profile N`` runs N order requests through the Django stack in this process under cProfile and prints
+where the web's CPU goes; ``--ceiling-floor`` measures the raw database ceiling (8 threads x two INSERTs and a COMMIT
+over mysqlclient) and the framework floor (an empty DRF view, bench/floor.py) beside the service, with the SQL one
+request runs.
 
 Tracing overhead: ``--compare-tracing ROUNDS`` runs the HTTP measure ROUNDS times for each of: today's code from
 another checkout (``--baseline-dir``, run with this venv; skipped without it), this code with tracing off (the
@@ -440,6 +442,39 @@ def ceiling_floor(user, tokens: list[str], args: argparse.Namespace) -> None:
     print(json.dumps({"ceiling": ceiling, "floor": floor, "http": http, "ratio": ratio, "queries": len(queries)}))
 
 
+def profile_requests(tokens: list[str], requests: int) -> None:
+    """Profile `requests` order POSTs through the whole Django stack in this process; print where the CPU goes."""
+    import cProfile
+    import pstats
+
+    from django.test import Client
+
+    client = Client()
+
+    def post(i: int, prefix: str) -> None:
+        response = client.post(
+            "/api/orders/",
+            {"goods_name": "profile", "total": 1},
+            content_type="application/json",
+            HTTP_AUTHORIZATION=f"Token {tokens[i % len(tokens)]}",
+            HTTP_IDEMPOTENCY_KEY=f"{prefix}-{i}",
+        )
+        assert response.status_code == 201, response.content
+
+    run = f"profile-{time.time_ns()}"
+    for i in range(50):
+        post(i, f"{run}-warm")
+    profiler = cProfile.Profile()
+    started = time.process_time()
+    profiler.enable()
+    for i in range(requests):
+        post(i, run)
+    profiler.disable()
+    cpu = time.process_time() - started
+    print(f"{requests} requests, {cpu / requests * 1000:.3f} ms CPU each under cProfile (which about doubles it)")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+
+
 def bench_users(count: int) -> list:
     """Return `count` bench users with their API tokens, created on first use."""
     from django.contrib.auth import get_user_model
@@ -464,6 +499,7 @@ def main() -> None:
         " gunicorn, e.g. 'ours:OUTBOX_WAKE_INTERVAL_SECONDS=0.05;ORDERS_RATE_LIMIT=none'",
     )
     parser.add_argument("--ceiling-floor", action="store_true", help="raw DB ceiling and framework floor instead")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile N requests in process instead")
     parser.add_argument("--compare-tracing", type=int, default=0, metavar="ROUNDS", help="tracing overhead only")
     parser.add_argument("--baseline-dir", default=None, help="another checkout to measure as the baseline")
     args = parser.parse_args()
@@ -473,7 +509,9 @@ def main() -> None:
     setup_django()
     users = bench_users(args.users)
     tokens = [token for _, token in users]
-    if args.compare_tracing:
+    if args.profile:
+        profile_requests(tokens, args.profile)
+    elif args.compare_tracing:
         compare_tracing(tokens, args)
     elif args.ceiling_floor:
         ceiling_floor(users[0][0], tokens, args)
