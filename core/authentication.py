@@ -52,8 +52,12 @@ def _user_by_token_sql() -> str:
 
 
 @cache
-def _user_attnames() -> tuple[str, ...]:
-    return tuple(field.attname for field in get_user_model()._meta.concrete_fields)
+def _cached_attnames() -> tuple[str, ...]:
+    """Return the user fields kept in the cache: all but the password hash, which stays in the database only.
+
+    A cached user has its password deferred: reading it costs a query, and saving the user leaves it as it is.
+    """
+    return tuple(field.attname for field in get_user_model()._meta.concrete_fields if field.attname != "password")
 
 
 def token_cache_key(key: str) -> str:
@@ -75,13 +79,13 @@ def user_by_token(key: str):
     lifetime = settings.API_TOKEN_CACHE_SECONDS
     row = _cached_row(key) if lifetime else None
     if row is not None:
-        return user_model.from_db(connection.alias, _user_attnames(), row)
+        return user_model.from_db(connection.alias, _cached_attnames(), row)
     # A raw queryset applies the fields' converters, so the user is as the ORM would read it.
     user = next(iter(user_model.objects.raw(_user_by_token_sql(), [key])), None)
     if user is not None and lifetime:
         try:
             caches["default"].set(
-                token_cache_key(key), tuple(getattr(user, name) for name in _user_attnames()), timeout=lifetime
+                token_cache_key(key), tuple(getattr(user, name) for name in _cached_attnames()), timeout=lifetime
             )
         except RedisError as exc:
             cache_down.failed(exc)

@@ -55,6 +55,20 @@ def test_the_cached_user_is_the_user_as_read_from_the_database(token, user):
     assert cached.last_login is None and cached.date_joined.tzinfo is not None
 
 
+def test_the_cache_never_holds_the_password_hash_and_a_cached_user_still_reads_and_keeps_it(token, user):
+    authentication.user_by_token(token.key)
+    row = caches["default"].get(authentication.token_cache_key(token.key))
+    user.refresh_from_db()
+    assert user.password and user.password not in row
+
+    cached = authentication.user_by_token(token.key)
+    assert "password" in cached.get_deferred_fields()
+    cached.first_name = "Alice"
+    cached.save()
+    user.refresh_from_db()
+    assert (user.first_name, cached.password) == ("Alice", user.password)
+
+
 def test_the_cache_holds_a_digest_of_the_key_never_the_key(token):
     authentication.user_by_token(token.key)
     assert token.key not in authentication.token_cache_key(token.key)
