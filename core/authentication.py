@@ -4,7 +4,7 @@ DRF's TokenAuthentication runs ``Token.objects.select_related("user").get(key=..
 look-up is one raw query (building and compiling the ORM's took 0.52 ms of CPU per request, the raw join 0.10 ms,
 2,000 look-ups each, in process), and its result, the user's row, is kept in the shared cache for
 API_TOKEN_CACHE_SECONDS under a digest of the key (never the key itself). Requests within that time cost one Redis
-GET instead of a MariaDB query (docs/PERFORMANCE.md has the measurement).
+GET instead of a MariaDB query (bench/bench_orders.py charges each process its CPU per order).
 
 The cache never outlives what it copies: deleting or saving a token, and saving or deleting a user (deactivation, a new
 password, staff rights), drop the cached rows at once and again when the change commits, in every process alike
