@@ -206,6 +206,18 @@ def measure_http(
         stop(proc)
 
 
+def post_order(client, token: str, idempotency_key: str) -> None:
+    """POST one order through the full Django stack in this process (a django.test.Client) and check it was placed."""
+    response = client.post(
+        "/api/orders/",
+        {"goods_name": "profile", "total": 1},
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Token {token}",
+        HTTP_IDEMPOTENCY_KEY=idempotency_key,
+    )
+    assert response.status_code == 201, response.content
+
+
 def count_request_queries(user) -> list[str]:
     """Return the SQL one order request runs, through the full Django stack."""
     from django.db import connection
@@ -213,17 +225,9 @@ def count_request_queries(user) -> list[str]:
     from django.test.utils import CaptureQueriesContext
     from rest_framework.authtoken.models import Token
 
-    client = Client()
     key = Token.objects.get(user=user).key
     with CaptureQueriesContext(connection) as ctx:
-        response = client.post(
-            "/api/orders/",
-            {"goods_name": "profile", "total": 1},
-            content_type="application/json",
-            HTTP_AUTHORIZATION=f"Token {key}",
-            HTTP_IDEMPOTENCY_KEY=f"profile-{time.time_ns()}",
-        )
-    assert response.status_code == 201, response.content
+        post_order(Client(), key, f"profile-{time.time_ns()}")
     return [q["sql"] for q in ctx.captured_queries]
 
 
@@ -452,14 +456,7 @@ def profile_requests(tokens: list[str], requests: int) -> None:
     client = Client()
 
     def post(i: int, prefix: str) -> None:
-        response = client.post(
-            "/api/orders/",
-            {"goods_name": "profile", "total": 1},
-            content_type="application/json",
-            HTTP_AUTHORIZATION=f"Token {tokens[i % len(tokens)]}",
-            HTTP_IDEMPOTENCY_KEY=f"{prefix}-{i}",
-        )
-        assert response.status_code == 201, response.content
+        post_order(client, tokens[i % len(tokens)], f"{prefix}-{i}")
 
     run = f"profile-{time.time_ns()}"
     for i in range(50):
