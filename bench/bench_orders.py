@@ -17,6 +17,7 @@ gunicorn (master and workers), the relay, the worker, and the shared mariadbd, R
 row before each run shows how much. Between runs the bench waits until the relay and the worker have caught up.
 
     .venv/bin/python bench/bench_orders.py --rounds 3 [--seconds 15] [--users 100]
+    .venv/bin/python bench/bench_orders.py --variants ours,before,plain --before-dir ../main   # a before/after too
 
 Also: ``--profile N`` runs N order requests through the Django stack in this process under cProfile and prints
 where the web's CPU goes; ``--ceiling-floor`` measures the raw database ceiling (8 threads x two INSERTs and a COMMIT
@@ -319,7 +320,8 @@ def measure_variant(pipeline: Pipeline, name: str, tokens: list[str], args: argp
     env = {"ORDERS_RATE_LIMIT": RATE_LIMIT, **dict(pair.split("=", 1) for pair in overrides.split(";") if pair)}
     if name == "plain":
         env.update(DJANGO_SETTINGS_MODULE="plain", PYTHONPATH=str(Path(__file__).resolve().parent))
-    gunicorn = start_gunicorn(PORT, workers=args.workers, threads=args.threads, **env)
+    code_dir = Path(args.before_dir) if name == "before" else ROOT
+    gunicorn = start_gunicorn(PORT, workers=args.workers, threads=args.threads, code_dir=code_dir, **env)
     try:
         run_wrk(tokens, 3)  # warm-up: connections opened, code paths hot
         settled = pipeline.settle()
@@ -356,8 +358,10 @@ PROCESSES = ("gunicorn", "mariadbd", "rabbitmq", "redis", "relay", "worker", "ho
 def compare_plain(tokens: list[str], args: argparse.Namespace) -> None:
     """Run ours and plain in interleaved rounds; print every run, then the medians and the ratios ours/plain."""
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    if unknown := [v for v in variants if v.partition(":")[0] not in ("ours", "plain")]:
+    if unknown := [v for v in variants if v.partition(":")[0] not in ("ours", "plain", "before")]:
         sys.exit(f"unknown variants: {unknown}")
+    if any(v.partition(":")[0] == "before" for v in variants) and not args.before_dir:
+        sys.exit("the before variant needs --before-dir")
     outbox_backlog_discard("bench_orders: left pending by an earlier run")
     pipeline = Pipeline()
     runs: dict[str, list[dict]] = {name: [] for name in variants}
@@ -492,9 +496,10 @@ def main() -> None:
     parser.add_argument(
         "--variants",
         default="ours,plain",
-        help="comma-separated, in this order: ours or plain, each optionally with environment overrides for its"
-        " gunicorn, e.g. 'ours:OUTBOX_WAKE_INTERVAL_SECONDS=0.05;ORDERS_RATE_LIMIT=none'",
+        help="comma-separated, in this order: ours, plain or before (the web from --before-dir), each optionally"
+        " with environment overrides for its gunicorn, e.g. 'ours:API_TOKEN_CACHE_SECONDS=0;ORDERS_RATE_LIMIT=none'",
     )
+    parser.add_argument("--before-dir", default=None, help="another checkout whose web the before variant serves")
     parser.add_argument("--ceiling-floor", action="store_true", help="raw DB ceiling and framework floor instead")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile N requests in process instead")
     parser.add_argument("--compare-tracing", type=int, default=0, metavar="ROUNDS", help="tracing overhead only")
