@@ -61,7 +61,7 @@ from django.db.models import Sum  # noqa: E402
 from kombu import Connection  # noqa: E402
 
 from bench import brokers  # noqa: E402
-from bench.common import OtlpSink, host_busy_seconds, listener_pids, process_tree_cpu_seconds  # noqa: E402
+from bench.common import OtlpSink, host_busy_seconds, listener_pid, process_tree_cpu_seconds  # noqa: E402
 from config.celery import app  # noqa: E402
 from core.contract import BUSINESS_ORDER, CREATED_AT_HEADER, CREDITS_DEAD_QUEUE, CREDITS_QUEUE, SCHEMA_VERSION  # noqa: E402
 from credits.models import CreditBalance, DeadLetter, OrderCredit  # noqa: E402
@@ -241,7 +241,8 @@ def server_pids() -> dict[str, int]:
         "RabbitMQ": urlsplit(settings.CELERY_BROKER_URL).port or 5672,
         "Redis": urlsplit(settings.REDIS_URL).port or 6379,
     }
-    return listener_pids({name: int(port) for name, port in ports.items()})
+    found = {name: listener_pid(int(port)) for name, port in ports.items()}
+    return {name: pid for name, pid in found.items() if pid is not None}
 
 
 def cpu_snapshot(processes: list[subprocess.Popen], servers: dict[str, int]) -> dict[str, float]:

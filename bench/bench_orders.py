@@ -1,18 +1,33 @@
-"""Benchmark order creation over HTTP against the raw database ceiling measured in the same run.
+"""Benchmark order creation over HTTP: the whole host's CPU per order, against a plain outbox endpoint in the same run.
 
-HTTP: `gunicorn config.wsgi` (gthread workers, keep-alive) driven by wrk with 8 concurrent keep-alive connections,
-each POST carrying a fresh Idempotency-Key. Ceiling: 8 threads, each with its own mysqlclient connection, doing
-two INSERTs and a COMMIT per transaction with no Django at all. Floor: the same gunicorn and wrk against an empty
-DRF view (bench/floor.py), which bounds what any Django/DRF endpoint can reach on the machine. Also counts the
-queries one request makes.
+Default: ``--rounds`` interleaved rounds of two variants, each `wrk -t2 -c8` keep-alive POSTs to
+``/api/orders/`` under `gunicorn config.wsgi` (4 workers x 2 gthreads, DJANGO_DEBUG=false), run as deployed: the
+rate limit on (ORDERS_RATE_LIMIT, default 20/second per user; the requests rotate over ``--users`` tokens so it never
+refuses), a fresh Idempotency-Key on every POST, a dedicated relay (`manage.py relay_outbox`) and one worker
+(`celery -A config worker -Q outbox,credits`: it runs the relay wake-ups and the awards) started by the bench.
 
-    .venv/bin/python bench/bench_orders.py [--seconds 15] [--workers 4] [--threads 2]
+- **ours**: the service as it is;
+- **plain**: the same gunicorn, settings and middleware serving bench/plain_urls.py, the endpoint written the plain
+  way (DRF's TokenAuthentication and UserRateThrottle, a ModelSerializer, ``Order.objects.create`` and
+  ``TransactionLog.objects.create`` in one ``transaction.atomic``; no idempotency record, no wake-up).
 
-Tracing overhead: ``--compare-tracing ROUNDS`` skips the ceiling and floor and runs the HTTP measure ROUNDS times for
-each of: today's code from another checkout (``--baseline-dir``, run with this venv; skipped without it), this code
-with tracing off (the packages installed, no OTEL_* set), and this code with tracing on (every trace sampled and
-exported over OTLP/HTTP to a sink in this process). The variants are interleaved within each round, so machine noise
-hits them alike; every run is printed, with gunicorn's CPU per order (master and workers, from /proc).
+Each run charges the CPU (from /proc) of every process involved to the orders it placed (counted in the database):
+gunicorn (master and workers), the relay, the worker, and the shared mariadbd, RabbitMQ (beam.smp) and redis-server
+(found by the port they listen on). Other work on a shared machine lands in the shared servers' figures: the idle
+row before each run shows how much. Between runs the bench waits until the relay and the worker have caught up.
+
+    .venv/bin/python bench/bench_orders.py --rounds 3 [--seconds 15] [--users 100]
+    .venv/bin/python bench/bench_orders.py --variants ours,before,plain --before-dir ../main   # a before/after too
+
+Also: ``--profile N`` runs N order requests through the Django stack in this process under cProfile and prints
+where the web's CPU goes; ``--ceiling-floor`` measures the raw database ceiling (8 threads x two INSERTs and a COMMIT
+over mysqlclient) and the framework floor (an empty DRF view, bench/floor.py) beside the service, with the SQL one
+request runs.
+
+Tracing overhead: ``--compare-tracing ROUNDS`` runs the HTTP measure ROUNDS times for each of: today's code from
+another checkout (``--baseline-dir``, run with this venv; skipped without it), this code with tracing off (the
+packages installed, no OTEL_* set), and this code with tracing on (every trace sampled and exported over OTLP/HTTP to
+a sink in this process), interleaved; every run is printed, with gunicorn's CPU per order.
 
     .venv/bin/python bench/bench_orders.py --compare-tracing 3 --baseline-dir /tmp/creditshop-main
 """
@@ -22,17 +37,22 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402
     ROOT,
+    VENV_BIN,
+    HostCpu,
     OtlpSink,
+    bench_env,
     outbox_backlog_discard,
     percentile,
     process_tree_cpu_seconds,
@@ -43,12 +63,16 @@ from common import (  # noqa: E402
 
 CLIENTS = 8
 PORT = 18080
+USER_PREFIX = "bench-orders-"
+# The deployed default: the bench runs with the limit on, over enough users that it never refuses.
+RATE_LIMIT = "20/second"
 
+# Each request takes the next token of the rotation and a key no other request of any run uses.
 WRK_SCRIPT = """
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
-wrk.headers["Authorization"] = "Token %(token)s"
 wrk.body = '{"goods_name": "bench item", "total": 3}'
+local tokens = {%(tokens)s}
 local counter = 0
 local thread_id = 0
 function setup(thread)
@@ -57,22 +81,37 @@ function setup(thread)
 end
 request = function()
   counter = counter + 1
+  wrk.headers["Authorization"] = "Token " .. tokens[((counter * 2 + tid) %% #tokens) + 1]
   wrk.headers["Idempotency-Key"] = "%(run)s-" .. tid .. "-" .. counter
   return wrk.format()
 end
 """
 
 
-def measure_ceiling(seconds: float) -> dict:
+def run_wrk(tokens: list[str], duration: float) -> str:
+    """Run wrk -t2 -c8 for `duration` seconds of POST /api/orders/ on PORT; return its report."""
+    if not shutil.which("wrk"):
+        sys.exit("wrk is needed: apt-get install wrk")
+    # A fresh key prefix per run: a warm-up's keys reused by the measured run would make replays, not orders.
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+        quoted = ", ".join(f'"{token}"' for token in tokens)
+        script.write(WRK_SCRIPT % {"tokens": quoted, "run": f"r{time.time_ns()}"})
+    command = ["wrk", "-t2", f"-c{CLIENTS}", f"-d{duration:.0f}s", "--latency", "-s", script.name]
+    command.append(f"http://127.0.0.1:{PORT}/api/orders/")
+    try:
+        return subprocess.run(command, check=True, capture_output=True, text=True).stdout
+    finally:
+        os.unlink(script.name)
+
+
+def measure_ceiling(seconds: float, user_id: int) -> dict:
     """Run two INSERTs and a COMMIT per transaction from 8 threads over mysqlclient; return tx/s and latencies."""
     import MySQLdb
     from django.conf import settings
-    from django.contrib.auth import get_user_model
 
     from outbox.ids import new_transaction_id
 
     db = settings.DATABASES["default"]
-    user_id = get_user_model().objects.get(username="bench").pk
     latencies: list[float] = []
     counts = [0] * CLIENTS
     stop_at = time.monotonic() + seconds
@@ -142,7 +181,7 @@ def parse_wrk(output: str, seconds: float) -> dict:
 
 
 def measure_http(
-    token: str,
+    tokens: list[str],
     seconds: float,
     workers: int,
     threads: int,
@@ -155,28 +194,29 @@ def measure_http(
 
     Also returns gunicorn's CPU milliseconds per request over the measured run (`cpu_ms_per_order`).
     """
-    if not shutil.which("wrk"):
-        sys.exit("wrk is needed for the HTTP half: apt-get install wrk")
     env = {"DJANGO_SETTINGS_MODULE": "floor", "PYTHONPATH": str(Path(__file__).resolve().parent)} if floor else {}
     env.update(extra_env or {})
     proc = start_gunicorn(PORT, workers=workers, threads=threads, code_dir=code_dir, **env)
     try:
-
-        def run_wrk(duration: float) -> str:
-            # A fresh key prefix per run: a warm-up's keys reused by the measured run would make replays, not orders.
-            with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-                script.write(WRK_SCRIPT % {"token": token, "run": f"r{time.time_ns()}"})
-            command = ["wrk", "-t2", f"-c{CLIENTS}", f"-d{duration:.0f}s", "--latency", "-s", script.name]
-            command.append(f"http://127.0.0.1:{PORT}/api/orders/")
-            return subprocess.run(command, check=True, capture_output=True, text=True).stdout
-
-        run_wrk(3)  # warm-up
+        run_wrk(tokens, 3)  # warm-up
         cpu_before = process_tree_cpu_seconds(proc.pid)
-        result = parse_wrk(run_wrk(seconds), seconds)
+        result = parse_wrk(run_wrk(tokens, seconds), seconds)
         result["cpu_ms_per_order"] = (process_tree_cpu_seconds(proc.pid) - cpu_before) / result["requests"] * 1000
         return result
     finally:
         stop(proc)
+
+
+def post_order(client, token: str, idempotency_key: str) -> None:
+    """POST one order through the full Django stack in this process (a django.test.Client) and check it was placed."""
+    response = client.post(
+        "/api/orders/",
+        {"goods_name": "profile", "total": 1},
+        content_type="application/json",
+        HTTP_AUTHORIZATION=f"Token {token}",
+        HTTP_IDEMPOTENCY_KEY=idempotency_key,
+    )
+    assert response.status_code == 201, response.content
 
 
 def count_request_queries(user) -> list[str]:
@@ -186,21 +226,13 @@ def count_request_queries(user) -> list[str]:
     from django.test.utils import CaptureQueriesContext
     from rest_framework.authtoken.models import Token
 
-    client = Client()
     key = Token.objects.get(user=user).key
     with CaptureQueriesContext(connection) as ctx:
-        response = client.post(
-            "/api/orders/",
-            {"goods_name": "profile", "total": 1},
-            content_type="application/json",
-            HTTP_AUTHORIZATION=f"Token {key}",
-            HTTP_IDEMPOTENCY_KEY=f"profile-{time.time_ns()}",
-        )
-    assert response.status_code == 201, response.content
+        post_order(Client(), key, f"profile-{time.time_ns()}")
     return [q["sql"] for q in ctx.captured_queries]
 
 
-def compare_tracing(token: str, args: argparse.Namespace) -> None:
+def compare_tracing(tokens: list[str], args: argparse.Namespace) -> None:
     """Measure HTTP orders/s and gunicorn CPU per order for baseline / tracing off / tracing on, interleaved."""
     sink = OtlpSink()
     variants = {"tracing off": {"extra_env": {}}, "tracing on": {"extra_env": sink.env()}}
@@ -212,7 +244,7 @@ def compare_tracing(token: str, args: argparse.Namespace) -> None:
     try:
         for round_number in range(1, args.compare_tracing + 1):
             for name, options in variants.items():
-                result = measure_http(token, args.seconds, args.workers, args.threads, **options)
+                result = measure_http(tokens, args.seconds, args.workers, args.threads, **options)
                 runs[name].append(result)
                 print(
                     f"| {round_number} | {name} | {result['orders_per_s']:.0f} | {result['cpu_ms_per_order']:.3f} | "
@@ -234,35 +266,162 @@ def compare_tracing(token: str, args: argparse.Namespace) -> None:
     print(json.dumps({name: results for name, results in runs.items()}))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=15)
-    parser.add_argument("--workers", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--compare-tracing", type=int, default=0, metavar="ROUNDS", help="tracing overhead only")
-    parser.add_argument("--baseline-dir", default=None, help="another checkout to measure as the baseline")
-    args = parser.parse_args()
+class Pipeline:
+    """The relay and the worker the orders flow on to, and the CPU of every process an order costs."""
 
-    setup_django()
-    from django.contrib.auth import get_user_model
-    from rest_framework.authtoken.models import Token
+    def __init__(self, code_dir: Path = ROOT):
+        from django.conf import settings
 
-    user, _ = get_user_model().objects.get_or_create(username="bench")
-    token, _ = Token.objects.get_or_create(user=user)
-    if args.compare_tracing:
-        compare_tracing(token.key, args)
-        return
+        env = bench_env(ORDERS_RATE_LIMIT=RATE_LIMIT)
+        self.relay = subprocess.Popen([sys.executable, "manage.py", "relay_outbox"], cwd=code_dir, env=env)
+        self.worker = subprocess.Popen(
+            [str(VENV_BIN / "celery"), "-A", "config", "worker", "-Q", "outbox,credits", "--loglevel=warning"],
+            cwd=code_dir,
+            env=env,
+        )
+        self.cpu = HostCpu()
+        self.cpu.add("relay", self.relay.pid)
+        self.cpu.add("worker", self.worker.pid)
+        database = settings.DATABASES["default"]
+        self.cpu.add_listener("mariadbd", int(database["PORT"] or 3306))
+        self.cpu.add_listener("rabbitmq", urlsplit(settings.CELERY_BROKER_URL).port or 5672)
+        self.cpu.add_listener("redis", urlsplit(settings.REDIS_URL).port or 6379)
+        # Orders an earlier run left uncredited (discarded outbox rows) stay so; only the gap may not grow.
+        orders, _, credits = self.counts()
+        self.uncredited = orders - credits
 
+    def counts(self) -> tuple[int, int, int]:
+        """Return (orders, pending outbox rows, credits) in the bench databases."""
+        from credits.models import OrderCredit
+        from orders.models import Order
+        from outbox.models import TransactionLog
+
+        pending = TransactionLog.objects.filter(status=TransactionLog.Status.PENDING).count()
+        return Order.objects.count(), pending, OrderCredit.objects.count()
+
+    def settle(self, timeout: float = 120) -> bool:
+        """Wait until every order is relayed and credited; return whether that happened within `timeout`."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            orders, pending, credits = self.counts()
+            if pending == 0 and orders - credits <= self.uncredited:
+                return True
+            time.sleep(0.5)
+        return False
+
+    def close(self) -> None:
+        stop(self.relay)
+        stop(self.worker)
+
+
+def measure_variant(pipeline: Pipeline, name: str, tokens: list[str], args: argparse.Namespace) -> dict:
+    """Serve one variant from a fresh gunicorn, warm it up, then measure one wrk run against the whole host."""
+    name, _, overrides = name.partition(":")
+    env = {"ORDERS_RATE_LIMIT": RATE_LIMIT, **dict(pair.split("=", 1) for pair in overrides.split(";") if pair)}
+    if name == "plain":
+        env.update(DJANGO_SETTINGS_MODULE="plain", PYTHONPATH=str(Path(__file__).resolve().parent))
+    code_dir = Path(args.before_dir) if name == "before" else ROOT
+    gunicorn = start_gunicorn(PORT, workers=args.workers, threads=args.threads, code_dir=code_dir, **env)
+    try:
+        run_wrk(tokens, 3)  # warm-up: connections opened, code paths hot
+        settled = pipeline.settle()
+        pipeline.cpu.add("gunicorn", gunicorn.pid)
+        idle_before = pipeline.cpu.snapshot()
+        time.sleep(IDLE_SECONDS)
+        before = pipeline.cpu.snapshot()
+        idle = HostCpu.per_operation(idle_before, before, 1)  # CPU ms spent over the idle window
+        orders_before = pipeline.counts()[0]
+        wall = time.monotonic()
+        result = parse_wrk(run_wrk(tokens, args.seconds), args.seconds)
+        wall = time.monotonic() - wall
+        after = pipeline.cpu.snapshot()
+        orders = pipeline.counts()[0] - orders_before
+        # The relay and the awards of the last orders lag the requests by a few ms; their CPU belongs here too.
+        settled = pipeline.settle() and settled
+        after = pipeline.cpu.snapshot()
+    finally:
+        stop(gunicorn)
+    result.update(
+        orders=orders,
+        orders_per_s_db=orders / wall,
+        settled=settled,
+        cpu_ms_per_order=HostCpu.per_operation(before, after, orders),
+        idle_cpu_percent={k: v / 10 / IDLE_SECONDS for k, v in idle.items()},
+    )
+    return result
+
+
+IDLE_SECONDS = 3.0
+PROCESSES = ("gunicorn", "mariadbd", "rabbitmq", "redis", "relay", "worker", "host")
+
+
+def compare_plain(tokens: list[str], args: argparse.Namespace) -> None:
+    """Run ours and plain in interleaved rounds; print every run, then the medians and the ratios ours/plain."""
+    variants = [v.strip() for v in args.variants.split(",") if v.strip()]
+    if unknown := [v for v in variants if v.partition(":")[0] not in ("ours", "plain", "before")]:
+        sys.exit(f"unknown variants: {unknown}")
+    if any(v.partition(":")[0] == "before" for v in variants) and not args.before_dir:
+        sys.exit("the before variant needs --before-dir")
+    outbox_backlog_discard("bench_orders: left pending by an earlier run")
+    pipeline = Pipeline()
+    runs: dict[str, list[dict]] = {name: [] for name in variants}
+    cpu_columns = " | ".join(f"{name} CPU ms/order" for name in PROCESSES)
+    print(
+        f"gunicorn {args.workers} workers x {args.threads} threads, wrk -t2 -c{CLIENTS} for {args.seconds:.0f}s, "
+        f"rate limit {RATE_LIMIT} per user over {len(tokens)} users, relay + worker -Q outbox,credits running"
+    )
+    print(f"| round | variant | orders/s (db) | p50 ms | p99 ms | non-2xx | {cpu_columns} | idle host CPU % |")
+    print("|---|---|---|---|---|---|" + "---|" * (len(PROCESSES) + 1))
+    try:
+        for round_number in range(1, args.rounds + 1):
+            for name in variants:
+                result = measure_variant(pipeline, name, tokens, args)
+                runs[name].append(result)
+                costs = " | ".join(f"{result['cpu_ms_per_order'][p]:.3f}" for p in PROCESSES)
+                print(
+                    f"| {round_number} | {name} | {result['orders_per_s_db']:.0f} | {result['p50_ms']:.2f} | "
+                    f"{result['p99_ms']:.2f} | {result['non_2xx']} | {costs} | "
+                    f"{result['idle_cpu_percent']['host']:.0f} |" + ("" if result["settled"] else " (did not settle)"),
+                    flush=True,
+                )
+    finally:
+        pipeline.close()
+    print()
+    medians = {}
+    print("| variant | median orders/s | median p99 ms | " + " | ".join(f"median {p}" for p in PROCESSES) + " |")
+    print("|---|---|---|" + "---|" * len(PROCESSES))
+    for name, results in runs.items():
+        medians[name] = {
+            "orders_per_s": percentile(sorted(r["orders_per_s_db"] for r in results), 50),
+            "p99_ms": percentile(sorted(r["p99_ms"] for r in results), 50),
+            **{p: percentile(sorted(r["cpu_ms_per_order"][p] for r in results), 50) for p in PROCESSES},
+        }
+        m = medians[name]
+        costs = " | ".join(f"{m[p]:.3f}" for p in PROCESSES)
+        print(f"| {name} | {m['orders_per_s']:.0f} | {m['p99_ms']:.2f} | {costs} |")
+    if {"ours", "plain"} <= medians.keys():
+        ours, plain = medians["ours"], medians["plain"]
+        print()
+        print(f"host CPU per order ours/plain: {ours['host'] / plain['host']:.2f}x (target <= 0.6x)")
+        print(f"orders/s ours/plain: {ours['orders_per_s'] / plain['orders_per_s']:.2f}x (target >= 1.5x)")
+        for p in PROCESSES[:-1]:
+            print(f"  {p} CPU per order ours/plain: {ours[p] / plain[p]:.2f}x")
+    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores, shared with other work)")
+    print(json.dumps(runs))
+
+
+def ceiling_floor(user, tokens: list[str], args: argparse.Namespace) -> None:
+    """Measure the raw database ceiling, the framework floor and the service (no relay running), one run each."""
     queries = count_request_queries(user)
     print(f"queries per order request (with Idempotency-Key): {len(queries)}")
     for sql in queries:
         print(f"  {sql[:110]}")
     print(f"ceiling: 8 threads x (2 INSERT + COMMIT) for {args.seconds:.0f}s ...", flush=True)
-    ceiling = measure_ceiling(args.seconds)
+    ceiling = measure_ceiling(args.seconds, user.pk)
     print("floor: empty DRF view (bench/floor.py) under the same gunicorn and wrk ...", flush=True)
-    floor = measure_http(token.key, args.seconds, args.workers, args.threads, floor=True)
+    floor = measure_http(tokens, args.seconds, args.workers, args.threads, floor=True)
     print(f"http: wrk -c{CLIENTS} against gunicorn ({args.workers} workers x {args.threads} threads) ...", flush=True)
-    http = measure_http(token.key, args.seconds, args.workers, args.threads)
+    http = measure_http(tokens, args.seconds, args.workers, args.threads)
 
     # No relay ran: leave no backlog behind for the next benchmark on this database.
     outbox_backlog_discard("bench_orders: no relay runs during the benchmark")
@@ -289,6 +448,77 @@ def main() -> None:
     print(f"| non-2xx responses | {http['non_2xx']} (socket errors: {http['socket_errors']}) |")
     print(f"| queries per request | {len(queries)} |")
     print(json.dumps({"ceiling": ceiling, "floor": floor, "http": http, "ratio": ratio, "queries": len(queries)}))
+
+
+def profile_requests(tokens: list[str], requests: int) -> None:
+    """Profile `requests` order POSTs through the whole Django stack in this process; print where the CPU goes."""
+    import cProfile
+    import pstats
+
+    from django.test import Client
+
+    client = Client()
+
+    def post(i: int, prefix: str) -> None:
+        post_order(client, tokens[i % len(tokens)], f"{prefix}-{i}")
+
+    run = f"profile-{time.time_ns()}"
+    for i in range(50):
+        post(i, f"{run}-warm")
+    profiler = cProfile.Profile()
+    started = time.process_time()
+    profiler.enable()
+    for i in range(requests):
+        post(i, run)
+    profiler.disable()
+    cpu = time.process_time() - started
+    print(f"{requests} requests, {cpu / requests * 1000:.3f} ms CPU each under cProfile (which about doubles it)")
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
+
+
+def bench_users(count: int) -> list:
+    """Return `count` bench users with their API tokens, created on first use."""
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    user_model = get_user_model()
+    users = [user_model.objects.get_or_create(username=f"{USER_PREFIX}{i}")[0] for i in range(count)]
+    return [(user, Token.objects.get_or_create(user=user)[0].key) for user in users]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of ours and plain")
+    parser.add_argument("--seconds", type=float, default=15)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--users", type=int, default=100, help="tokens the requests rotate over")
+    parser.add_argument(
+        "--variants",
+        default="ours,plain",
+        help="comma-separated, in this order: ours, plain or before (the web from --before-dir), each optionally"
+        " with environment overrides for its gunicorn, e.g. 'ours:API_TOKEN_CACHE_SECONDS=0;ORDERS_RATE_LIMIT=none'",
+    )
+    parser.add_argument("--before-dir", default=None, help="another checkout whose web the before variant serves")
+    parser.add_argument("--ceiling-floor", action="store_true", help="raw DB ceiling and framework floor instead")
+    parser.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile N requests in process instead")
+    parser.add_argument("--compare-tracing", type=int, default=0, metavar="ROUNDS", help="tracing overhead only")
+    parser.add_argument("--baseline-dir", default=None, help="another checkout to measure as the baseline")
+    args = parser.parse_args()
+    # Stopped with SIGTERM (a timeout), still stop the relay, worker and gunicorn this bench started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+
+    setup_django()
+    users = bench_users(args.users)
+    tokens = [token for _, token in users]
+    if args.profile:
+        profile_requests(tokens, args.profile)
+    elif args.compare_tracing:
+        compare_tracing(tokens, args)
+    elif args.ceiling_floor:
+        ceiling_floor(users[0][0], tokens, args)
+    else:
+        compare_plain(tokens, args)
 
 
 if __name__ == "__main__":

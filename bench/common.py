@@ -11,6 +11,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# The virtualenv running the bench, whose gunicorn and celery it starts (a git worktree may share another's venv).
+VENV_BIN = Path(sys.executable).parent
 BENCH_DATABASE_URL = os.environ.get("BENCH_DATABASE_URL", "mysql://root:@127.0.0.1:3306/creditshop_bench")
 # The credits service's own database, as in production a separate one (its URL may name another server).
 BENCH_CREDITS_DATABASE_URL = os.environ.get(
@@ -64,7 +66,7 @@ def start_gunicorn(port: int, *, workers: int, threads: int, code_dir: Path = RO
     """
     proc = subprocess.Popen(
         [
-            str(ROOT / ".venv/bin/gunicorn"),
+            str(VENV_BIN / "gunicorn"),
             "config.wsgi",
             f"--bind=127.0.0.1:{port}",
             f"--workers={workers}",
@@ -173,28 +175,61 @@ def process_tree_cpu_seconds(pid: int) -> float:
     return total + sum(process_tree_cpu_seconds(int(child)) for child in children)
 
 
-def listener_pids(ports: dict[str, int]) -> dict[str, int]:
-    """Return, by name, the pid of the local process listening on each TCP port (a name is left out when none is).
+def listener_pid(port: int) -> int | None:
+    """Return the pid of the process listening on TCP `port` (IPv4 or IPv6), or None when nothing does.
 
-    By port, not by process name: tests start other MariaDB and RabbitMQ servers on this host, and only the one the
-    benchmark talks to is charged.
+    The shared MariaDB, RabbitMQ and Redis are found by the port they serve, not by name: tests start other
+    mariadbd and beam.smp processes on free ports, and those are not the ones a benchmark talks to.
     """
-    inodes = {}
+    inodes = set()
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] == "0A":  # LISTEN
-                inodes[f"socket:[{fields[9]}]"] = int(fields[1].rsplit(":", 1)[1], 16)
-    wanted = {port: name for name, port in ports.items()}
-    found = {}
-    for fd in Path("/proc").glob("[0-9]*/fd/*"):
         try:
-            port = inodes.get(os.readlink(fd))
-        except OSError:  # a process or descriptor that went away meanwhile
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
             continue
-        if port in wanted:
-            found[wanted[port]] = int(fd.parent.parent.name)
-    return found
+        for line in lines:
+            fields = line.split()
+            if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:  # 0A: LISTEN
+                inodes.add(f"socket:[{fields[9]}]")
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in (proc / "fd").iterdir():
+                if os.readlink(fd) in inodes:
+                    return int(proc.name)
+        except OSError:
+            continue
+    return None
+
+
+class HostCpu:
+    """CPU seconds of named process trees read from /proc, so a benchmark can charge each one its share per operation.
+
+    Register each process involved (the service's own children by their Popen pid, shared servers by the port they
+    listen on); `snapshot()` reads them all, `per_operation()` turns two snapshots into CPU milliseconds per operation.
+    """
+
+    def __init__(self):
+        self.pids: dict[str, int] = {}
+
+    def add(self, name: str, pid: int | None) -> None:
+        if pid is None:
+            raise RuntimeError(f"{name}: no such process to measure")
+        self.pids[name] = pid
+
+    def add_listener(self, name: str, port: int) -> None:
+        self.add(name, listener_pid(port))
+
+    def snapshot(self) -> dict[str, float]:
+        return {name: process_tree_cpu_seconds(pid) for name, pid in self.pids.items()}
+
+    @staticmethod
+    def per_operation(before: dict[str, float], after: dict[str, float], operations: int) -> dict[str, float]:
+        """Return CPU ms per operation for each process between two snapshots, plus their sum under "host"."""
+        costs = {name: (after[name] - before[name]) * 1000 / max(operations, 1) for name in after}
+        costs["host"] = sum(costs.values())
+        return costs
 
 
 def host_busy_seconds() -> float:

@@ -51,6 +51,17 @@ def message_create(*, transaction_id: str, business: str, foreign_key: str, payl
 
     The row keeps the current trace context (the order request's), which the relay sends along with the message.
     """
+    message = message_insert(transaction_id=transaction_id, business=business, foreign_key=foreign_key, payload=payload)
+    transaction.on_commit(wake_relay, robust=True)
+    return message
+
+
+def message_insert(*, transaction_id: str, business: str, foreign_key: str, payload: dict) -> TransactionLog:
+    """Insert one outbox row in the transaction the caller holds, which must call wake_relay() after its COMMIT.
+
+    For a caller that runs its own START TRANSACTION ... COMMIT (the order request), where Django's on_commit would
+    run at once, before the row is visible to a relay.
+    """
     payload = {"schema_version": SCHEMA_VERSION, "transaction_id": transaction_id, **payload}
     now = timezone.now()
     db_now = connection.ops.adapt_datetimefield_value(now)
@@ -70,7 +81,6 @@ def message_create(*, transaction_id: str, business: str, foreign_key: str, payl
                 tracestate,
             ],
         )
-    transaction.on_commit(wake_relay, robust=True)
     return MESSAGE_INSERT.instance(
         connection.alias,
         [transaction_id, business, foreign_key, payload, Status.PENDING, now, now, traceparent, tracestate],

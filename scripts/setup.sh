@@ -8,8 +8,9 @@ log() { printf '\n==> %s\n' "$*"; }
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
 # chromium and chromium-driver: the browser tests (tests/browser/) drive the admin, reports and API docs pages.
+# wrk: the HTTP load of bench/bench_orders.py.
 packages=(libmariadb-dev pkg-config libmariadb-java openjdk-17-jre-headless python3-venv python3-dev build-essential
-  chromium chromium-driver)
+  chromium chromium-driver wrk)
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || packages+=(mariadb-server)
 command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/sbin/rabbitmq-server ] || packages+=(rabbitmq-server)
 command -v redis-server >/dev/null 2>&1 || packages+=(redis-server)

@@ -22,7 +22,9 @@ def closed_port() -> int:
 def redis_down(settings, monkeypatch):
     default = settings.CACHES["default"]
     settings.CACHES = {"default": {**default, "LOCATION": f"redis://127.0.0.1:{closed_port()}/0"}}
-    monkeypatch.setattr(throttling, "_last_warning_at", -math.inf)  # this test's warning, not an earlier one's
+    monkeypatch.setattr(
+        throttling.cache_down, "last_warning_at", -math.inf
+    )  # this test's warning, not an earlier one's
 
 
 def test_orders_keep_flowing_when_the_cache_is_down_with_one_warning(api, settings, redis_down, caplog):
@@ -46,3 +48,25 @@ def test_the_limit_holds_with_the_cache_up(api, settings):
 
     assert [r.status_code for r in statuses] == [201, 201, 429]
     assert 0 < int(statuses[-1].headers["Retry-After"]) <= 3600
+
+
+def test_a_window_count_is_one_command_and_expires_with_its_window(settings):
+    from django.core.cache import caches
+
+    cache = caches["default"]
+    client = cache._cache.get_client(write=True)
+    sent = []
+    execute_command = type(client).execute_command
+
+    def counting(redis_client, *args, **kwargs):
+        sent.append(args[0])
+        return execute_command(redis_client, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(type(client), "execute_command", counting)
+        counts = [throttling.window_count_incr(cache, "window-test", ttl=2) for _ in range(3)]
+
+    assert counts == [1, 2, 3]
+    # One EVALSHA per request; a server that does not know the script yet gets it loaded once.
+    assert sent in (["EVALSHA"] * 3, ["EVALSHA", "SCRIPT LOAD"] + ["EVALSHA"] * 3)
+    assert 0 < client.ttl(cache.make_and_validate_key("window-test")) <= 2

@@ -143,3 +143,86 @@ def test_concurrent_requests_with_one_key_make_exactly_one_order(user):
     assert sum(r.created for r in results) == 1
     assert Order.objects.count() == 1
     assert TransactionLog.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_order_transaction_is_one_explicit_transaction_without_autocommit_toggling(user):
+    from django.test.utils import CaptureQueriesContext
+
+    order_create(user=user, goods_name="warm-up", total=1)  # the connection opened, its settings sent
+    with CaptureQueriesContext(connection) as ctx:
+        order_create(user=user, goods_name="book", total=3, idempotency_key="k")
+
+    statements = [q["sql"].split(" (")[0] for q in ctx.captured_queries]
+    assert statements == [
+        "START TRANSACTION",
+        "INSERT INTO `orders`",
+        "INSERT INTO `transaction_log`",
+        "INSERT INTO `idempotency_keys`",
+        "COMMIT",
+    ]
+    assert connection.get_autocommit()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_failure_between_the_statements_rolls_the_whole_order_back(user, monkeypatch):
+    from orders import services
+
+    def refuse(**kwargs):
+        raise RuntimeError("injected between the order and its outbox row")
+
+    monkeypatch.setattr(services, "message_insert", refuse)
+    with pytest.raises(RuntimeError, match="injected"):
+        order_create(user=user, goods_name="book", total=3, idempotency_key="k")
+    monkeypatch.undo()
+
+    assert Order.objects.count() == TransactionLog.objects.count() == IdempotencyKey.objects.count() == 0
+    # The connection is back in autocommit with nothing open: the next order commits on its own.
+    placement = order_create(user=user, goods_name="book", total=3, idempotency_key="k")
+    connection.close()
+    assert Order.objects.get().pk == placement.order.pk
+
+
+@pytest.mark.django_db(transaction=True)
+def test_when_even_the_rollback_fails_the_connection_is_dropped_and_nothing_stays(user, monkeypatch):
+    from orders import services
+
+    monkeypatch.setattr(services, "message_insert", lambda **kw: (_ for _ in ()).throw(RuntimeError("injected")))
+    real_execute = type(connection.cursor()).execute
+
+    def execute(cursor, sql, params=None):
+        if sql == "ROLLBACK":
+            raise OperationalError(2013, "Lost connection to server during query (injected)")
+        return real_execute(cursor, sql, params)
+
+    monkeypatch.setattr(type(connection.cursor()), "execute", execute)
+    with pytest.raises(RuntimeError, match="injected"):
+        order_create(user=user, goods_name="book", total=3)
+    monkeypatch.undo()
+
+    assert connection.connection is None  # closed: the server rolled back what the session held
+    assert Order.objects.count() == TransactionLog.objects.count() == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_relay_is_woken_only_after_the_commit(user, monkeypatch):
+    from orders import services
+
+    seen = []
+
+    def wake_relay():
+        # Read on a connection of its own: what a relay would see at the moment of the wake-up.
+        import MySQLdb
+
+        db = connection.settings_dict
+        other = MySQLdb.connect(
+            host=db["HOST"], port=int(db["PORT"] or 3306), user=db["USER"], password=db["PASSWORD"], database=db["NAME"]
+        )
+        cursor = other.cursor()
+        cursor.execute("SELECT COUNT(*) FROM transaction_log")
+        seen.append(cursor.fetchone()[0])
+        other.close()
+
+    monkeypatch.setattr(services, "wake_relay", wake_relay)
+    order_create(user=user, goods_name="book", total=3)
+    assert seen == [1]

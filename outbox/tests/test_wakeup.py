@@ -1,6 +1,7 @@
 """Wake-ups on commit: one per burst, none for a rollback, and a real worker that relays when woken."""
 
 import json
+import socket
 import subprocess
 import time
 
@@ -98,6 +99,34 @@ def test_a_burst_of_wakeups_becomes_a_few_tasks_and_the_last_one_follows_the_las
     assert total > sent_at_last_wake
     assert total <= 3 + 0.5 / 0.05 + 3
     assert outbox_queue.count() == total
+
+
+def test_processes_share_one_interval_and_each_still_sends_after_its_last_wakeup(outbox_queue):
+    # Two wakers with one gate stand for two gunicorn workers: together they send about one task per interval.
+    first, second = wakeup.RelayWaker(interval=0.05), wakeup.RelayWaker(interval=0.05)
+    started = time.monotonic()
+    while time.monotonic() - started < 0.5:
+        first.wake()
+        second.wake()
+        sent_at_last_wake = (first.sent, second.sent)
+        time.sleep(0.001)
+    totals = (settle(first), settle(second))
+
+    assert totals[0] > sent_at_last_wake[0] and totals[1] > sent_at_last_wake[1]
+    # Without the gate each would send about 0.5 / 0.05 tasks on its own.
+    assert sum(totals) <= 0.5 / 0.05 + 4
+    assert outbox_queue.count() == sum(totals)
+
+
+def test_with_the_cache_down_wakeups_are_still_sent(settings, outbox_queue):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        closed = probe.getsockname()[1]
+    settings.CACHES = {"default": {**settings.CACHES["default"], "LOCATION": f"redis://127.0.0.1:{closed}/0"}}
+    waker = wakeup.RelayWaker(interval=0.05)
+    waker.wake()
+    assert settle(waker) == 1
+    assert outbox_queue.count() == 1
 
 
 @pytest.mark.slow

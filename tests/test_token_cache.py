@@ -1,0 +1,160 @@
+"""The API token cache (core/authentication.py): no database query while cached, and never stale after a change."""
+
+import logging
+import math
+import socket
+
+import pytest
+from django.core.cache import caches
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from rest_framework.authtoken.models import Token
+from rest_framework.test import APIClient
+
+from core import authentication
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def client_for(token: Token) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    return client
+
+
+def list_orders(client: APIClient):
+    return client.get("/api/orders/")
+
+
+@pytest.fixture
+def token(user) -> Token:
+    return Token.objects.create(user=user)
+
+
+def token_queries(client: APIClient) -> list[str]:
+    """Return the SQL statements of one request that read the token table."""
+    with CaptureQueriesContext(connection) as ctx:
+        assert list_orders(client).status_code == 200
+    return [q["sql"] for q in ctx.captured_queries if Token._meta.db_table in q["sql"]]
+
+
+def test_a_cached_token_authenticates_without_reading_the_database(token):
+    client = client_for(token)
+    assert len(token_queries(client)) == 1  # first use: read and cached
+    assert token_queries(client) == []
+    assert caches["default"].get(authentication.token_cache_key(token.key)) is not None
+
+
+def test_the_cached_user_is_the_user_as_read_from_the_database(token, user):
+    authentication.user_by_token(token.key)  # caches the row
+    cached = authentication.user_by_token(token.key)
+    fields = [field.attname for field in type(user)._meta.concrete_fields]
+    user.refresh_from_db()
+    assert [getattr(cached, f) for f in fields] == [getattr(user, f) for f in fields]
+    assert cached._state.adding is False
+    assert cached.last_login is None and cached.date_joined.tzinfo is not None
+
+
+def test_the_cache_never_holds_the_password_hash_and_a_cached_user_still_reads_and_keeps_it(token, user):
+    authentication.user_by_token(token.key)
+    row = caches["default"].get(authentication.token_cache_key(token.key))
+    user.refresh_from_db()
+    assert user.password and user.password not in row
+
+    cached = authentication.user_by_token(token.key)
+    assert "password" in cached.get_deferred_fields()
+    cached.first_name = "Alice"
+    cached.save()
+    user.refresh_from_db()
+    assert (user.first_name, cached.password) == ("Alice", user.password)
+
+
+def test_the_cache_holds_a_digest_of_the_key_never_the_key(token):
+    authentication.user_by_token(token.key)
+    assert token.key not in authentication.token_cache_key(token.key)
+    raw = caches["default"]._cache.get_client(write=False)
+    assert [k for k in raw.scan_iter(match=f"*{token.key}*")] == []
+
+
+def test_a_deleted_token_is_refused_at_once(token):
+    client = client_for(token)
+    assert list_orders(client).status_code == 200
+    token.delete()
+    assert list_orders(client).status_code == 401
+
+
+def test_a_deactivated_user_is_refused_at_once(token, user):
+    client = client_for(token)
+    assert list_orders(client).status_code == 200
+    user.is_active = False
+    user.save()
+    response = list_orders(client)
+    assert response.status_code == 401
+    assert response.json() == {"detail": "User inactive or deleted."}
+
+
+def test_a_deleted_user_is_refused_at_once(token, user):
+    client = client_for(token)
+    assert list_orders(client).status_code == 200
+    user.delete()
+    assert list_orders(client).status_code == 401
+
+
+def test_a_change_to_the_user_is_seen_by_the_next_request(token, user):
+    assert authentication.user_by_token(token.key).is_staff is False
+    user.is_staff = True
+    user.save()
+    assert authentication.user_by_token(token.key).is_staff is True
+
+
+def test_a_change_rolled_back_leaves_the_cache_right(token, user):
+    from django.db import transaction
+
+    authentication.user_by_token(token.key)
+    with pytest.raises(RuntimeError), transaction.atomic():
+        user.is_active = False
+        user.save()
+        raise RuntimeError("rolled back")
+    assert authentication.user_by_token(token.key).is_active is True
+
+
+def test_a_token_deleted_inside_a_transaction_is_forgotten_again_on_commit(token):
+    from django.db import transaction
+
+    cache_key = authentication.token_cache_key(token.key)
+    with transaction.atomic():
+        token.delete()
+        # A request on another connection still sees the token until the commit, and caches it again.
+        caches["default"].set(cache_key, ("stale",), timeout=30)
+    assert caches["default"].get(cache_key) is None
+
+
+def test_with_the_cache_off_every_request_reads_the_database(token, settings):
+    settings.API_TOKEN_CACHE_SECONDS = 0
+    client = client_for(token)
+    assert len(token_queries(client)) == 1
+    assert len(token_queries(client)) == 1
+    assert caches["default"].get(authentication.token_cache_key(token.key)) is None
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_with_the_cache_down_tokens_are_read_from_the_database_with_one_warning(token, settings, monkeypatch, caplog):
+    default = settings.CACHES["default"]
+    settings.CACHES = {"default": {**default, "LOCATION": f"redis://127.0.0.1:{closed_port()}/0"}}
+    monkeypatch.setattr(authentication.cache_down, "last_warning_at", -math.inf)
+    client = client_for(token)
+
+    with caplog.at_level(logging.WARNING, logger="core.authentication"):
+        assert list_orders(client).status_code == 200
+        assert list_orders(client).status_code == 200
+        token.delete()  # the write succeeds with the cache down
+        assert list_orders(client).status_code == 401
+
+    warnings = [r for r in caplog.records if r.name == "core.authentication" and r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "token cache off" in warnings[0].getMessage()
