@@ -154,7 +154,7 @@ def _credit_insert(*, transaction_id: str, order_id: int, user_id: int, amount: 
                 _update, insert = _batch_row_counts(connection, cursor, award_batch(own_transaction=False), params)
             return insert == 1
         try:
-            _start, update, insert, _commit = _batch_row_counts(
+            _start, _update, insert, _commit = _batch_row_counts(
                 connection, cursor, award_batch(own_transaction=True), params
             )
         except BaseException:
