@@ -10,6 +10,17 @@ It writes N orders with their transaction_log rows (bulk, as seed data), publish
     python manage.py migrate && python manage.py migrate --database credits
     DJANGO_DEBUG=false python bench/bench_credits.py --messages 20000 --processes 2 --pool solo
 
+Per award, from /proc, from the first award to the empty queue (start-up excluded): the CPU of the worker processes,
+of the MariaDB, RabbitMQ and Redis servers they talk to (found by their listening ports, so a test's own servers are
+not charged), their sum ("involved"), and the whole host's busy CPU (/proc/stat: every process, other work included).
+
+Before/after: ``--baseline-dir DIR --rounds N`` drains the same backlog with DIR's workers (another checkout, same
+venv) and this checkout's, tracing off, alternating which goes first in each round, and prints every run and the
+after/before ratios:
+
+    git worktree add /tmp/main main --detach
+    DJANGO_DEBUG=false python bench/bench_credits.py --messages 6000 --baseline-dir /tmp/main --rounds 4
+
 With --cluster-broker-url URL it compares that quorum-queue cluster with the configured broker (bench/brokers.py).
 
 Exit status 1 when an order is credited twice or not at all, or a balance disagrees with its entries.
@@ -34,6 +45,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
@@ -49,7 +61,7 @@ from django.db.models import Sum  # noqa: E402
 from kombu import Connection  # noqa: E402
 
 from bench import brokers  # noqa: E402
-from bench.common import OtlpSink  # noqa: E402
+from bench.common import OtlpSink, host_busy_seconds, listener_pid, process_tree_cpu_seconds  # noqa: E402
 from config.celery import app  # noqa: E402
 from core.contract import BUSINESS_ORDER, CREATED_AT_HEADER, CREDITS_DEAD_QUEUE, CREDITS_QUEUE, SCHEMA_VERSION  # noqa: E402
 from credits.models import CreditBalance, DeadLetter, OrderCredit  # noqa: E402
@@ -58,6 +70,8 @@ from outbox.ids import new_transaction_id  # noqa: E402
 from outbox.models import TransactionLog  # noqa: E402
 
 USER_PREFIX = "bench-credits-"
+# Tracing off whatever this shell says: OTEL_SDK_DISABLED wins over every other OTEL_* variable (core/tracing.py).
+TRACING_OFF = {"OTEL_SDK_DISABLED": "true"}
 BATCH = 2000
 
 
@@ -78,7 +92,13 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--prefetch", type=int, default=None, help="worker --prefetch-multiplier (default: config)")
     parser.add_argument("--keep", action="store_true", help="keep the bench rows afterwards")
     parser.add_argument("--compare-tracing", type=int, default=0, metavar="ROUNDS", help="tracing overhead only")
-    parser.add_argument("--baseline-dir", default=None, help="another checkout to measure as the baseline")
+    parser.add_argument(
+        "--baseline-dir",
+        default=None,
+        help="another checkout (same venv) to measure as the baseline: alone, a before/after comparison of whole-host"
+        " CPU per award; with --compare-tracing, the tracing comparison's baseline",
+    )
+    parser.add_argument("--rounds", type=int, default=3, help="before/after rounds with --baseline-dir")
     brokers.add_arguments(parser)
     return parser.parse_args()
 
@@ -214,36 +234,23 @@ def workers_stop(processes: list[subprocess.Popen]) -> None:
             process.wait()
 
 
-def cpu_seconds(pid: int) -> float:
-    """Return the user + system CPU time a process has used so far (NaN once it has exited)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    # A short-lived process (rabbitmqctl's VM is a beam.smp too; a worker's child) may be gone by the time it is read.
-    except (FileNotFoundError, ProcessLookupError):
-        return float("nan")
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def tree_cpu_seconds(pid: int) -> float:
-    """Return the CPU time of a process and its live children (the prefork pool)."""
-    children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    # A child that exited meanwhile (NaN, which is not equal to itself) counts nothing.
-    return cpu_seconds(pid) + sum(seconds for child in children if (seconds := cpu_seconds(int(child))) == seconds)
-
-
 def server_pids() -> dict[str, int]:
-    """Return the pids of the local MariaDB and RabbitMQ servers, to account for their CPU time too."""
-    found = {}
-    for comm in Path("/proc").glob("[0-9]*/comm"):
-        try:
-            name = comm.read_text().strip()
-        except OSError:
-            continue
-        if name in ("mariadbd", "mysqld"):
-            found["MariaDB"] = int(comm.parent.name)
-        elif name == "beam.smp":
-            found["RabbitMQ"] = int(comm.parent.name)
-    return found
+    """Return the pids of the MariaDB, RabbitMQ and Redis servers this benchmark's workers talk to, by name."""
+    ports = {
+        "MariaDB": settings.DATABASES["credits"].get("PORT") or 3306,
+        "RabbitMQ": urlsplit(settings.CELERY_BROKER_URL).port or 5672,
+        "Redis": urlsplit(settings.REDIS_URL).port or 6379,
+    }
+    found = {name: listener_pid(int(port)) for name, port in ports.items()}
+    return {name: pid for name, pid in found.items() if pid is not None}
+
+
+def cpu_snapshot(processes: list[subprocess.Popen], servers: dict[str, int]) -> dict[str, float]:
+    """Return the CPU seconds used so far by the workers (with their children), each server, and the whole host."""
+    snapshot = {"workers": sum(process_tree_cpu_seconds(p.pid) for p in processes)}
+    snapshot |= {name: process_tree_cpu_seconds(pid) for name, pid in servers.items()}
+    snapshot["host"] = host_busy_seconds()
+    return snapshot
 
 
 def bench_credits(order_range: tuple[int, int]):
@@ -259,7 +266,72 @@ def main() -> int:
         )
     if args.compare_tracing:
         return compare_tracing(args)
+    if args.baseline_dir:
+        return compare_checkouts(args)
     return drain_once(args)["ok"]
+
+
+def median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def compare_checkouts(args: argparse.Namespace) -> int:
+    """Drain the same backlog with the other checkout's workers and this one's, tracing off, interleaved; print all.
+
+    The order within a round alternates (before/after, then after/before), so a drift in the machine's load over
+    the run weighs on both sides alike.
+    """
+    variants = {"before": Path(args.baseline_dir), "after": None}
+    runs: dict[str, list[dict]] = {name: [] for name in variants}
+    failed = 0
+    for round_number in range(1, args.rounds + 1):
+        order = list(variants) if round_number % 2 else list(reversed(variants))
+        for name in order:
+            print(f"--- round {round_number}: {name} ({variants[name] or 'this checkout'})", flush=True)
+            result = drain_once(args, code_dir=variants[name], env=TRACING_OFF)
+            runs[name].append(result)
+            failed |= result["ok"]
+    columns = [
+        "workers",
+        *[name for name in runs["before"][0]["per_award"] if name not in ("workers", "involved", "host")],
+    ]
+    columns += ["involved", "host"]
+    print()
+    print(f"before = {args.baseline_dir}, after = this checkout; CPU in ms per award, from /proc; tracing off")
+    print("| round | variant | awards/s | " + " | ".join(columns) + " | load (1 min) |")
+    print("|---|---|---|" + "---|" * len(columns) + "---|")
+    for round_number in range(args.rounds):
+        for name in variants:
+            result = runs[name][round_number]
+            cells = " | ".join(f"{result['per_award'][column]:.3f}" for column in columns)
+            print(f"| {round_number + 1} | {name} | {result['rate']:,.0f} | {cells} | {result['load']:.2f} |")
+    print()
+    print(
+        "after / before, per round: "
+        + ", ".join(
+            f"round {i + 1}: workers {after['per_award']['workers'] / before['per_award']['workers']:.3f},"
+            f" involved {after['per_award']['involved'] / before['per_award']['involved']:.3f},"
+            f" awards/s {after['rate'] / before['rate']:.3f}"
+            for i, (before, after) in enumerate(zip(runs["before"], runs["after"], strict=True))
+        )
+    )
+    medians = {
+        name: {column: median([r["per_award"][column] for r in results]) for column in columns}
+        | {"rate": median([r["rate"] for r in results])}
+        for name, results in runs.items()
+    }
+    for name, figures in medians.items():
+        print(
+            f"{name}: median {figures['rate']:,.0f} awards/s; CPU ms/award: workers {figures['workers']:.3f},"
+            f" involved processes {figures['involved']:.3f}, whole host {figures['host']:.3f}"
+        )
+    for column in ("workers", "involved", "host"):
+        print(
+            f"median {column} CPU per award, after / before: {medians['after'][column] / medians['before'][column]:.3f}"
+        )
+    return failed
 
 
 def compare_tracing(args: argparse.Namespace) -> int:
@@ -318,15 +390,14 @@ def drain_once(args: argparse.Namespace, *, code_dir: Path | None = None, env: d
 
     log_dir = Path(tempfile.gettempdir())
     servers = server_pids()
-    servers_cpu = {name: cpu_seconds(pid) for name, pid in servers.items()}
     processes = workers_start(args, log_dir, code_dir=code_dir, env=env)
     started = time.monotonic()
-    warm_cpu = None
+    warm = None
     try:
         while (done := bench_credits(order_range).count()) < args.messages:
-            if warm_cpu is None and done:
-                # Worker CPU once the first award landed: start-up excluded from the steady-state figure below.
-                warm_cpu, warm_done = sum(tree_cpu_seconds(p.pid) for p in processes), done
+            if warm is None and done:
+                # Every process's CPU once the first award landed: start-up excluded from the per-award figures.
+                warm, warm_done = cpu_snapshot(processes, servers), done
             if any(p.poll() is not None for p in processes):
                 raise SystemExit(f"a worker exited; see {log_dir}/bench-credits-worker-*.log")
             if time.monotonic() - started > 600:
@@ -338,11 +409,15 @@ def drain_once(args: argparse.Namespace, *, code_dir: Path | None = None, env: d
             while queue.queue_declare(passive=True).message_count:
                 time.sleep(0.2)
         wall = time.monotonic() - started
-        workers_cpu = sum(tree_cpu_seconds(p.pid) for p in processes)
-        steady_cpu = (workers_cpu - warm_cpu) / (sent - warm_done) if warm_cpu is not None else float("nan")
-        servers_cpu = {name: cpu_seconds(pid) - servers_cpu[name] for name, pid in servers.items()}
+        end = cpu_snapshot(processes, servers)
+        load = os.getloadavg()[0]
     finally:
         workers_stop(processes)
+    if warm is None:  # everything landed before the first look: no steady window to measure
+        warm, warm_done = {name: float("nan") for name in end}, 0
+    # Milliseconds of CPU per message handled from the first award to the empty queue, for each process.
+    per_award = {name: (end[name] - warm[name]) / (sent - warm_done) * 1e3 for name in end}
+    per_award["involved"] = sum(per_award[name] for name in ("workers", *servers))
 
     credits = bench_credits(order_range)
     user_ids = list(get_user_model().objects.filter(username__startswith=USER_PREFIX).values_list("pk", flat=True))
@@ -375,14 +450,17 @@ def drain_once(args: argparse.Namespace, *, code_dir: Path | None = None, env: d
     print(f"drain rate:         {rate:,.0f} awards/s (first to last credit row, by created_at)")
     print(f"wall time:          {wall:.2f} s from worker start to empty queue (includes worker start-up)")
     print(
-        f"worker cpu/award:   {steady_cpu * 1e3:.2f} ms steady state, {workers_cpu / sent * 1e3:.2f} ms with start-up"
+        f"worker cpu/award:   {per_award['workers']:.3f} ms steady state (from the first award to the empty queue),"
+        f" {end['workers'] / sent * 1e3:.3f} ms with start-up"
     )
     print(
         "server cpu/award:   "
-        + ", ".join(f"{name} {seconds / sent * 1e3:.2f} ms" for name, seconds in servers_cpu.items())
+        + ", ".join(f"{name} {per_award[name]:.3f} ms" for name in servers)
         + " (whole servers: includes anything else they served meanwhile)"
     )
-    print(f"load average:       {os.getloadavg()[0]:.2f} (1 min; 2 cores shared with other work)")
+    print(f"involved cpu/award: {per_award['involved']:.3f} ms (workers + those servers)")
+    print(f"host cpu/award:     {per_award['host']:.3f} ms (every process on the host, other work included)")
+    print(f"load average:       {load:.2f} (1 min, at the end; 2 cores shared with other work)")
     print(f"credit rows:        {rows} for {distinct_orders} orders (expected {args.messages} for {args.messages})")
     print(f"credits awarded:    {awarded_total} (expected {expected_total})")
     print(f"wrong balances:     {wrong_balances}")
@@ -393,7 +471,7 @@ def drain_once(args: argparse.Namespace, *, code_dir: Path | None = None, env: d
     print("target >= 1000/s:   " + ("met" if rate >= 1000 else "NOT met"))
     if not args.keep:
         bench_cleanup()
-    return {"rate": rate, "cpu_ms": steady_cpu * 1e3, "ok": 0 if ok else 1}
+    return {"rate": rate, "cpu_ms": per_award["workers"], "per_award": per_award, "load": load, "ok": 0 if ok else 1}
 
 
 if __name__ == "__main__":

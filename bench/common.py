@@ -230,3 +230,9 @@ class HostCpu:
         costs = {name: (after[name] - before[name]) * 1000 / max(operations, 1) for name in after}
         costs["host"] = sum(costs.values())
         return costs
+
+
+def host_busy_seconds() -> float:
+    """Return the CPU seconds every core of this host has spent busy since boot (all processes, /proc/stat)."""
+    user, nice, system, idle, iowait, irq, softirq, steal = map(int, Path("/proc/stat").read_text().split()[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")

@@ -57,12 +57,17 @@ class Insert:
     """``INSERT INTO <table> (<columns of these fields>) VALUES (%s, ...)``, parameters in the order of the fields.
 
     `keep_existing` adds ``ON DUPLICATE KEY UPDATE <pk> = <pk>``: a row already there stays as it is.
+    `only_if`, an SQL condition without parameters, makes it ``INSERT INTO <table> (...) SELECT %s, ... FROM DUAL
+    WHERE <condition>``: the row is written only when the condition holds when the statement runs.
     """
 
-    def __init__(self, model: type[Model], fields: Sequence[str], *, keep_existing: bool = False) -> None:
+    def __init__(
+        self, model: type[Model], fields: Sequence[str], *, keep_existing: bool = False, only_if: str = ""
+    ) -> None:
         self.model = model
         self.fields = tuple(fields)
         self.keep_existing = keep_existing
+        self.only_if = only_if
 
     @cached_property
     def columns(self) -> tuple[str, ...]:
@@ -77,7 +82,10 @@ class Insert:
         columns = ", ".join(qn(column) for column in self.columns)
         placeholders = ", ".join(["%s"] * len(self.columns))
         # Identifiers come from model metadata, quoted; values are query parameters.
-        sql = f"INSERT INTO {qn(meta.db_table)} ({columns}) VALUES ({placeholders})"  # noqa: S608
+        rows = f"VALUES ({placeholders})"
+        if self.only_if:
+            rows = f"SELECT {placeholders} FROM DUAL WHERE {self.only_if}"  # noqa: S608 (a condition of this module's own)
+        sql = f"INSERT INTO {qn(meta.db_table)} ({columns}) {rows}"  # noqa: S608
         if self.keep_existing:
             sql += f" ON DUPLICATE KEY UPDATE {qn(meta.pk.column)} = {qn(meta.pk.column)}"
         return sql

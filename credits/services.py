@@ -20,6 +20,14 @@ that finds no row locks nothing (READ COMMITTED takes no gap locks), so the awar
 ``credit_balance_ensure`` in its own autocommit statement, whose locks end with the statement, and runs again.
 Rows are never deleted, so this happens once per user.
 
+The whole transaction is one network round trip: ``START TRANSACTION``, the UPDATE, the INSERT and ``COMMIT`` go
+to the server as one multi-statement batch (award_batch), the INSERT guarded by the UPDATE's row count. The server
+stops the batch at the first error, leaving the transaction open; the award then rolls it back (or, if that fails,
+closes the connection, which rolls it back too), so a duplicate's balance change is undone as before. A worker that
+dies once the batch is sent does not stop it: the server runs it to its COMMIT, and the redelivered message is a
+duplicate, as after a worker killed between commit and acknowledgement (credits/tests/test_worker.py). Measured
+against the autocommit toggling of ``transaction.atomic`` (five round trips): see docs/PERFORMANCE.md.
+
 What the award trusts
 ---------------------
 The credits service has its own database and never reads the order service's: the message is all it knows. A
@@ -29,6 +37,7 @@ checks find (orphan_credit, credit_amount_mismatch); see docs/ARCHITECTURE.md.
 """
 
 import contextlib
+import functools
 import itertools
 import time
 from collections.abc import Iterable
@@ -88,7 +97,38 @@ def credits_database_wait(*, until: float) -> bool:
 # with the measurement); test_services reads the rows back through the ORM. The balance starts at its database default.
 BALANCE_CREATE = sql.Insert(CreditBalance, ("user_id", "balance", "updated_at"), keep_existing=True)
 BALANCE_ADD = sql.Update(CreditBalance, increment=("balance",), assign=("updated_at",), where=("user_id",))
-CREDIT_INSERT = sql.Insert(OrderCredit, ("order_id", "user_id", "amount", "transaction_id", "created_at"))
+# Sent right after BALANCE_ADD in one batch, so nothing can look between the two: the credit row is written only when
+# the UPDATE found the user's balance row (ROW_COUNT() is the previous statement's row count, here with Django's
+# CLIENT.FOUND_ROWS the rows matched).
+CREDIT_INSERT = sql.Insert(
+    OrderCredit, ("order_id", "user_id", "amount", "transaction_id", "created_at"), only_if="ROW_COUNT() = 1"
+)
+
+
+@functools.cache
+def award_batch(*, own_transaction: bool) -> str:
+    """Return the award's statements as one multi-statement batch: one network round trip for the whole award.
+
+    With `own_transaction` the batch is its own transaction (``START TRANSACTION; ...; COMMIT``): Django's atomic
+    would instead toggle autocommit around it (``SET autocommit=0``, ``COMMIT``, ``SET autocommit=1``), four round
+    trips more per award. Without it the statements run inside the caller's transaction. MariaDB stops a batch at
+    its first failing statement, so after a duplicate (or any error) the transaction is still open, the balance
+    change in it: the caller rolls it back.
+    """
+    statements = f"{BALANCE_ADD.sql};\n{CREDIT_INSERT.sql}"
+    return f"START TRANSACTION;\n{statements};\nCOMMIT" if own_transaction else statements
+
+
+def _batch_row_counts(connection, cursor, batch: str, params: list) -> list[int]:
+    """Run a multi-statement batch; return each statement's row count, raising the first statement error."""
+    cursor.execute(batch, params)  # through Django, so its execute wrappers (query log, SQL spans) see the batch
+    # The rest on the driver's cursor: Django's two cursor wrappers cost more per call than reading a result does.
+    driver_cursor = cursor.cursor.cursor
+    counts = [driver_cursor.rowcount]
+    with connection.wrap_database_errors:  # a later statement's error is raised here, when its result is read
+        while driver_cursor.nextset():
+            counts.append(driver_cursor.rowcount)
+    return counts
 
 
 def credit_balance_ensure(*, user_id: int) -> None:
@@ -99,16 +139,40 @@ def credit_balance_ensure(*, user_id: int) -> None:
 
 
 def _credit_insert(*, transaction_id: str, order_id: int, user_id: int, amount: int) -> bool:
-    """Add the credit to the balance and insert its row in one transaction; write nothing without a balance row."""
+    """Add the credit to the balance and insert its row in one transaction; write nothing without a balance row.
+
+    Return whether the credit was written (False: the user has no balance row yet).
+    """
     alias = credits_database()
     connection = connections[alias]
     now = connection.ops.adapt_datetimefield_value(timezone.now())
-    with transaction.atomic(using=alias), connection.cursor() as cursor:
-        cursor.execute(BALANCE_ADD.sql, [amount, now, user_id])
-        if cursor.rowcount != 1:
-            return False
-        cursor.execute(CREDIT_INSERT.sql, [order_id, user_id, amount, transaction_id, now])
-    return True
+    params = [amount, now, user_id, order_id, user_id, amount, transaction_id, now]
+    with connection.cursor() as cursor:
+        if not connection.get_autocommit():
+            # Inside a caller's transaction (a replay): a savepoint, so a duplicate undoes only this balance change.
+            with transaction.atomic(using=alias):
+                _update, insert = _batch_row_counts(connection, cursor, award_batch(own_transaction=False), params)
+            return insert == 1
+        try:
+            _start, _update, insert, _commit = _batch_row_counts(
+                connection, cursor, award_batch(own_transaction=True), params
+            )
+        except BaseException:
+            _transaction_abandon(connection)
+            raise
+    return insert == 1
+
+
+def _transaction_abandon(connection) -> None:
+    """Roll back the transaction a failed batch left open; if even that fails, close the connection.
+
+    A closed connection's transaction is rolled back by the server, so no half-applied award can outlive it.
+    """
+    try:
+        connection.rollback()
+    except Exception:
+        with contextlib.suppress(Exception):
+            connection.close()
 
 
 def credit_award(*, transaction_id: str, order_id: int, user_id: int, total: int) -> CreditAward:

@@ -217,7 +217,8 @@ def award_credits(self: Task, *args: Any, **kwargs: Any) -> str:
 @signals.task_prerun.connect
 def _log_context_bind(task_id=None, task=None, **kwargs) -> None:
     # The task id is the outbox transaction id: every record the award logs carries it.
-    if getattr(task, "name", None) == award_credits.name:
+    # The name, not award_credits.name: shared_task returns a proxy that resolves the task on every attribute read.
+    if getattr(task, "name", None) == AWARD_CREDITS_TASK:
         transaction_bind(str(task_id))
 
 

@@ -5,7 +5,7 @@ from django.db import models
 from django.test.utils import isolate_apps
 
 from core import sql
-from credits.services import BALANCE_ADD, BALANCE_CREATE, CREDIT_INSERT
+from credits.services import BALANCE_ADD, BALANCE_CREATE, CREDIT_INSERT, award_batch
 from orders.services import IDEMPOTENCY_KEY_INSERT, ORDER_INSERT
 from outbox.services import MESSAGE_INSERT
 
@@ -68,8 +68,14 @@ def test_the_statements_name_the_models_tables_and_columns_quoted():
     )
     assert CREDIT_INSERT.sql == (
         "INSERT INTO `order_credits` (`order_id`, `user_id`, `total`, `transaction_id`, `created_at`)"
-        " VALUES (%s, %s, %s, %s, %s)"
+        " SELECT %s, %s, %s, %s, %s FROM DUAL WHERE ROW_COUNT() = 1"
     )
+
+
+def test_the_award_is_one_batch_of_the_models_statements():
+    statements = f"{BALANCE_ADD.sql};\n{CREDIT_INSERT.sql}"
+    assert award_batch(own_transaction=True) == f"START TRANSACTION;\n{statements};\nCOMMIT"
+    assert award_batch(own_transaction=False) == statements
 
 
 def test_each_statement_is_built_once_per_process():

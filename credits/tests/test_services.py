@@ -1,5 +1,7 @@
+from unittest import mock
+
 import pytest
-from django.db import connections
+from django.db import OperationalError, ProgrammingError, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -104,7 +106,133 @@ def test_the_award_never_touches_the_order_service_database(user):
         award(payload)
         award(payload)
     assert orders_side.captured_queries == []
-    assert any(query["sql"].startswith("INSERT INTO `order_credits`") for query in credits_side.captured_queries)
+    assert any("INSERT INTO `order_credits`" in query["sql"] for query in credits_side.captured_queries)
+
+
+# --- the award's one-round-trip transaction (award_batch), outside any caller's transaction, as a worker runs it ---
+
+
+def statements(query: dict) -> list[str]:
+    """Return the start of each statement a captured query sent (an INSERT with its table)."""
+    return [
+        " ".join(statement.split()[: 3 if statement.startswith("INSERT") else 1])
+        for statement in query["sql"].split(";\n")
+    ]
+
+
+def credits_in_transaction() -> bool:
+    """Return whether the credits connection has a transaction open (MariaDB's @@in_transaction)."""
+    with connections["credits"].cursor() as cursor:
+        cursor.execute("SELECT @@in_transaction")
+        return bool(cursor.fetchone()[0])
+
+
+def balance_read_elsewhere(user_id: int) -> int | None:
+    """Return the committed balance, read on a connection of its own (None without a balance row)."""
+    connection = connections.create_connection("credits")
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT balance FROM credit_balances WHERE user_id = %s", [user_id])
+            row = cursor.fetchone()
+    finally:
+        connection.close()
+    return row and row[0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_award_is_one_round_trip_once_the_user_has_a_balance_row(user):
+    first, second = (place_order(user=user, total=total)[1] for total in (2, 5))
+    with CaptureQueriesContext(connections["credits"]) as new_user:
+        award(first)
+    # The first award finds no balance row: the batch writes nothing, the row is created, the batch runs again.
+    assert [statements(query) for query in new_user.captured_queries] == [
+        ["START", "UPDATE", "INSERT INTO `order_credits`", "COMMIT"],
+        ["INSERT INTO `credit_balances`"],
+        ["START", "UPDATE", "INSERT INTO `order_credits`", "COMMIT"],
+    ]
+    with CaptureQueriesContext(connections["credits"]) as known_user:
+        assert award(second).created
+    assert [statements(query) for query in known_user.captured_queries] == [
+        ["START", "UPDATE", "INSERT INTO `order_credits`", "COMMIT"]
+    ]
+    assert not credits_in_transaction()
+    assert balance_read_elsewhere(user.pk) == 14
+    assert sorted(OrderCredit.objects.filter(user_id=user.pk).values_list("amount", flat=True)) == [4, 10]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_duplicate_delivery_rolls_back_its_balance_change(user):
+    order_id, payload = place_order(user=user, total=4)
+    award(payload)
+    again = award(payload)
+    assert (again.created, again.amount) == (False, 8)
+    assert not credits_in_transaction()
+    assert balance_read_elsewhere(user.pk) == 8
+    assert OrderCredit.objects.filter(order_id=order_id).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("after", ["balance update", "credit insert"])
+def test_a_failure_between_the_statements_of_the_batch_rolls_everything_back(user, monkeypatch, after):
+    _, earlier = place_order(user=user, total=1)
+    award(earlier)
+    order_id, payload = place_order(user=user, total=4)
+    batch = services.award_batch(own_transaction=True)
+    statement = services.BALANCE_ADD.sql if after == "balance update" else services.CREDIT_INSERT.sql
+    # A statement that fails when it runs, injected into the one round trip right after `after` succeeded.
+    failing = batch.replace(f"{statement};", f"{statement};\nSELECT * FROM credit_test_no_such_table;")
+    assert failing != batch
+    monkeypatch.setattr(services, "award_batch", lambda *, own_transaction: failing)
+
+    with pytest.raises(ProgrammingError, match="credit_test_no_such_table"):
+        award(payload)
+    assert not credits_in_transaction()
+    assert balance_read_elsewhere(user.pk) == 2
+    assert not OrderCredit.objects.filter(order_id=order_id).exists()
+
+    monkeypatch.undo()
+    assert award(payload).created
+    assert balance_read_elsewhere(user.pk) == 10
+
+
+@pytest.mark.django_db(transaction=True)
+def test_when_the_rollback_itself_fails_the_connection_is_closed_and_the_server_undoes_the_award(user, monkeypatch):
+    _, earlier = place_order(user=user, total=1)
+    award(earlier)
+    order_id, payload = place_order(user=user, total=4)
+    connection = connections["credits"]
+    batch = services.award_batch(own_transaction=True)
+    failing = batch.replace("COMMIT", "SELECT * FROM credit_test_no_such_table;\nCOMMIT")
+    monkeypatch.setattr(services, "award_batch", lambda *, own_transaction: failing)
+    monkeypatch.setattr(connection, "rollback", mock.Mock(side_effect=OperationalError(2013, "Lost connection")))
+
+    with pytest.raises(ProgrammingError):
+        award(payload)
+    assert connection.connection is None
+    assert balance_read_elsewhere(user.pk) == 2
+    assert not OrderCredit.objects.filter(order_id=order_id).exists()
+
+
+def test_inside_a_callers_transaction_the_award_uses_a_savepoint_and_leaves_the_transaction_open(user):
+    _, payload = place_order(user=user, total=4)
+    services.credit_balance_ensure(user_id=user.pk)
+    with transaction.atomic(using="credits"):
+        with CaptureQueriesContext(connections["credits"]) as queries:
+            award(payload)
+            assert not award(payload).created  # the duplicate undoes its own balance change only
+        assert credits_in_transaction()
+        assert credit_balance(user_id=user.pk) == 8
+    # Each award: a savepoint, the two statements in one round trip, the savepoint released (or rolled back to).
+    assert [statements(query) for query in queries.captured_queries] == [
+        ["SAVEPOINT"],
+        ["UPDATE", "INSERT INTO `order_credits`"],
+        ["RELEASE"],
+        ["SAVEPOINT"],
+        ["UPDATE", "INSERT INTO `order_credits`"],
+        ["ROLLBACK"],
+        ["RELEASE"],
+        ["SELECT"],
+    ]
 
 
 def test_a_well_formed_message_is_trusted_even_for_an_order_this_service_cannot_see(user):
