@@ -5,10 +5,11 @@ from django.templatetags.static import static
 from django.urls import include, path, re_path
 from django.utils.functional import lazy
 from django.views.generic import RedirectView
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from analytics.views import pipeline
 from core.api import api_not_found
+from core.api_docs import OfflineRedocView, redoc_bundle
 from core.health import healthz
 from core.metrics import metrics
 from credits.apis import CreditsApi
@@ -32,7 +33,8 @@ urlpatterns = [
     path("api/credits/", CreditsApi.as_view(), name="credits"),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
     path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="docs"),
-    path("api/redoc/", SpectacularRedocView.as_view(url_name="schema"), name="redoc"),
+    path("api/redoc/", OfflineRedocView.as_view(url_name="schema"), name="redoc"),
+    path("api/redoc/redoc.standalone.js", redoc_bundle, name="redoc-bundle"),
     # Last under api/: whatever no route above matches answers the API's JSON 404, never an HTML page.
     re_path(r"^api/", api_not_found, name="api-not-found"),
     path("reports/", include("analytics.urls")),

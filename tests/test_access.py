@@ -12,7 +12,16 @@ pytestmark = pytest.mark.django_db
 
 # Probes, the API description, the favicon and the API's JSON 404, meant to be open. /metrics is open unless
 # METRICS_TOKEN is set (tests/test_metrics_endpoint.py).
-PUBLIC = {"healthz", "metrics", "api/schema/", "api/docs/", "api/redoc/", "favicon.ico", "^api/"}
+PUBLIC = {
+    "healthz",
+    "metrics",
+    "api/schema/",
+    "api/docs/",
+    "api/redoc/",
+    "api/redoc/redoc.standalone.js",
+    "favicon.ico",
+    "^api/",
+}
 API = {
     "api/orders/": "/api/orders/",
     "api/orders/<int:order_id>/": "/api/orders/1/",
