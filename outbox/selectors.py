@@ -10,8 +10,6 @@ from django.utils import timezone
 from core.minutes import Minutes, counts_per_minute
 from outbox.models import TransactionLog
 
-PENDING = TransactionLog.Status.PENDING
-
 
 @dataclass(frozen=True)
 class OutboxStates:
@@ -48,7 +46,7 @@ def outbox_dead_count() -> int:
 def outbox_states(*, now: datetime | None = None) -> OutboxStates:
     """Return the rows due now, backing off after a failure, stuck and dead, as the admin's filters count them."""
     now = now or timezone.now()
-    pending = TransactionLog.objects.filter(status=PENDING)
+    pending = TransactionLog.objects.filter(status=TransactionLog.Status.PENDING)
     return OutboxStates(
         due=pending.filter(next_attempt_at__lte=now).count(),
         backing_off=pending.filter(next_attempt_at__gt=now, attempts__gt=0).count(),

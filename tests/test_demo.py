@@ -24,14 +24,16 @@ def running(pgid: int) -> bool:
 DEMO_PROCESSES = ("web", "worker", "analytics", "beat", "relay")
 
 
+def demo_env(tmp_path, run_dir) -> dict[str, str]:
+    """Return the environment of a demo on this test's databases, its own port and run directory, and few orders."""
+    return service_env(
+        REPORTS_DIR=str(tmp_path / "reports"), DEMO_PORT=str(free_port()), DEMO_RUN_DIR=str(run_dir), DEMO_ORDERS="5"
+    )
+
+
 def test_ctrl_c_stops_everything_and_a_killed_runs_leftovers_are_stopped(transactional_db, tmp_path):
     run_dir = tmp_path / "run"
-    env = service_env(
-        REPORTS_DIR=str(tmp_path / "reports"),
-        DEMO_PORT=str(free_port()),
-        DEMO_RUN_DIR=str(run_dir),
-        DEMO_ORDERS="5",
-    )
+    env = demo_env(tmp_path, run_dir)
 
     first = pexpect.spawn("scripts/demo.sh", cwd=ROOT, env=env, encoding="utf-8", timeout=240)
     first.expect("Placing demo orders")
@@ -67,12 +69,7 @@ def test_ctrl_c_stops_everything_and_a_killed_runs_leftovers_are_stopped(transac
 def test_ctrl_c_stops_everything_when_the_output_goes_through_tee(transactional_db, tmp_path):
     """Ctrl-C reaches tee too; the stop handler's messages then hit a closed pipe and must not cut the clean-up."""
     run_dir = tmp_path / "run"
-    env = service_env(
-        REPORTS_DIR=str(tmp_path / "reports"),
-        DEMO_PORT=str(free_port()),
-        DEMO_RUN_DIR=str(run_dir),
-        DEMO_ORDERS="5",
-    )
+    env = demo_env(tmp_path, run_dir)
     demo = pexpect.spawn(
         "bash",
         ["-c", f"scripts/demo.sh | tee {tmp_path / 'demo.log'}"],
