@@ -18,13 +18,13 @@ REPORT_FILES = {
     "consistency.json": "application/json",
 }
 # The report is our own page with inline styles and images, and no scripts: allow exactly that.
+REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 # The pipeline page: the admin's own scripts and styles, inline SVG charts, and a refresh by <meta>, never by script.
 PIPELINE_CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
     "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 )
 PIPELINE_REFRESH_SECONDS = 30
-REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 
 
 @staff_member_required

@@ -31,7 +31,7 @@ def exception_handler(exc, context):
     return drf_exception_handler(exc, context)
 
 
-def api_not_found(request, path: str = ""):
+def api_not_found(request):
     """Answer any path under /api/ that no API route matches with the API's JSON 404, in DEBUG too.
 
     The last route under api/: Django's DEBUG 404 page (an HTML page) would otherwise answer instead of handler404. A
