@@ -1,9 +1,15 @@
 """/metrics: closed by METRICS_TOKEN when it is set, and the health of each dependency as a gauge."""
 
+from datetime import date
+from unittest import mock
+
 import pytest
+from django.db import OperationalError
 from django.test import Client
+from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
+from analytics.models import NightlyRun
 from tests.processes import broker_url, free_port
 
 pytestmark = pytest.mark.django_db
@@ -74,3 +80,22 @@ def test_a_broker_that_does_not_answer_is_down_and_the_scrape_still_answers(sett
 
     assert response.status_code == 200
     assert dependency_up(response.content.decode()) == {"database": 1.0, "credits_database": 1.0, "broker": 0.0}
+
+
+@pytest.mark.parametrize(
+    ("reader", "missing"),
+    [
+        ("outbox.selectors.outbox_lag_seconds", "outbox_lag_seconds"),
+        ("analytics.selectors.run_last_finished", "creditshop_nightly_last_run_failed"),
+        ("credits.selectors.dead_letters_open_count", "creditshop_credits_dead_letters_open"),
+    ],
+)
+def test_a_gauge_whose_database_does_not_answer_is_left_out_and_the_rest_is_served(reader, missing):
+    NightlyRun.objects.create(date=date(2026, 11, 20), status=NightlyRun.Status.SUCCEEDED, finished_at=timezone.now())
+    with mock.patch(reader, side_effect=OperationalError(2003, "Can't connect")):
+        response = Client().get("/metrics")
+
+    assert response.status_code == 200
+    body = response.content.decode()
+    assert f"\n{missing} " not in body
+    assert "creditshop_dependency_up" in body and "outbox_published_total" in body
