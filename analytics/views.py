@@ -79,8 +79,9 @@ def pipeline(request: HttpRequest) -> HttpResponse:
         bar_chart(state.orders_per_minute, title="orders"),
         bar_chart(state.published_per_minute, title="published"),
     ]
+    credited = state.credits.credited_per_minute if state.credits is not None else []
     if state.credits is not None:
-        charts.append(bar_chart(state.credits.credited_per_minute, title="credited"))
+        charts.append(bar_chart(credited, title="credited"))
     response = render(
         request,
         "analytics/pipeline.html",
@@ -89,6 +90,10 @@ def pipeline(request: HttpRequest) -> HttpResponse:
             "title": "Pipeline",
             "state": state,
             "charts": charts,
+            "published_total": sum(state.published_per_minute),
+            "published_rate": sum(state.published_per_minute) / state.minutes.count,
+            "credited_total": sum(credited),
+            "credited_rate": sum(credited) / state.minutes.count,
             "refresh_seconds": PIPELINE_REFRESH_SECONDS,
         },
     )

@@ -137,6 +137,8 @@ def test_the_charts_count_each_minute_of_the_hour(staff_client, busy_hour):
     assert bar_titles(charts[1]) == expected(published)
     assert bar_titles(charts[2]) == expected(OrderCredit.objects.values_list("created_at", flat=True))
     assert sum(bar_titles(charts[2]).values()) == 3
+    assert int(figure(body, "published-total")) == sum(bar_titles(charts[1]).values()) == 2
+    assert int(figure(body, "credited-total")) == sum(bar_titles(charts[2]).values())
 
 
 def test_the_page_refreshes_itself_under_a_csp_that_allows_no_outside_source(staff_client, busy_hour):
