@@ -33,3 +33,13 @@ def run_dates(*, run: NightlyRun) -> list[date]:
 def user_daily_count(*, period: Period) -> int:
     """Return how many per-user-per-day rows the report table holds for the period."""
     return UserDailyCredits.objects.filter(date__gte=period.first, date__lte=period.last).count()
+
+
+def run_last_finished() -> NightlyRun | None:
+    """Return the newest run that ended, succeeded or failed (a running one has no verdict yet)."""
+    return run_list().exclude(status=NightlyRun.Status.RUNNING).first()
+
+
+def run_last_succeeded() -> NightlyRun | None:
+    """Return the newest run that succeeded, whatever its checks found."""
+    return run_list().filter(status=NightlyRun.Status.SUCCEEDED).first()

@@ -10,6 +10,7 @@ from django.core.exceptions import ImproperlyConfigured
 from pyspark.sql import SparkSession
 
 from analytics import class_archive
+from analytics.jvm_output import child_stderr_filtered
 
 APP_NAME = "creditshop-nightly"
 # The JVM's default zone decides how the JDBC driver turns DATETIME values into instants; the rows hold UTC.
@@ -107,7 +108,12 @@ def spark_session_create(
     builder = SparkSession.builder
     for key, value in spark_conf(master=master, tuning=tuning, overrides=overrides, verbose=verbose).items():
         builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+    if verbose:
+        spark = builder.getOrCreate()
+    else:
+        # The driver JVM starts here (once per process): without the incubator-module warning on its stderr.
+        with child_stderr_filtered():
+            spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
 

@@ -32,6 +32,7 @@ INSTALLED_APPS = [
     "rest_framework.authtoken",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "core",
     "orders",
     "outbox",
     "credits",
@@ -232,6 +233,10 @@ CREDITS_RETRY_MAX_SECONDS = env_float("CREDITS_RETRY_MAX_SECONDS", 60.0, minimum
 # untouched (credits/retry.py). Keep it under the broker heartbeat (Celery's default 120 s), which a solo worker does
 # not send while a task runs.
 CREDITS_OUTAGE_WAIT_SECONDS = env_float("CREDITS_OUTAGE_WAIT_SECONDS", 30.0, minimum=0.1, maximum=100.0)
+
+# /metrics answers only a scraper that sends "Authorization: Bearer <METRICS_TOKEN>"; unset leaves it open (a developer
+# machine, or a port only Prometheus can reach).
+METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 
 # Analytics.
 SPARK_MASTER = env_str("SPARK_MASTER", "local[*]")

@@ -1,5 +1,6 @@
 """The /healthz probe: 200 when the database and the broker answer, 503 naming what failed; plus what apps report.
 
+The same checks are exported to Prometheus as ``creditshop_dependency_up`` (``DependencyCollector``, read by /metrics).
 The credits service's database is reported but does not fail the probe: orders are still taken while it is down
 (their credits follow when it returns), so a load balancer must keep sending them. Apps add informational sections
 (the outbox its backlog) with ``section_register`` from their AppConfig.ready.
@@ -11,6 +12,7 @@ from django.conf import settings
 from django.db import connections
 from django.http import HttpRequest, JsonResponse
 from kombu import Connection
+from prometheus_client.core import GaugeMetricFamily
 
 from core.broker import connection_ensure
 
@@ -42,6 +44,31 @@ def check_broker() -> str | None:
     except Exception as exc:  # kombu raises transport-specific errors
         return f"{type(exc).__name__}: {exc}"
     return None
+
+
+# What /metrics reports as up or down, each checked at scrape time: dependency name -> check returning an error or None.
+DEPENDENCIES: dict[str, Callable[[], str | None]] = {
+    "database": check_database,
+    "credits_database": lambda: check_database("credits"),
+    "broker": check_broker,
+}
+
+
+class DependencyCollector:
+    """Report 1 for each dependency that answers right now and 0 for each that does not, checked when scraped."""
+
+    def describe(self):
+        return []
+
+    def collect(self):
+        up = GaugeMetricFamily(
+            "creditshop_dependency_up",
+            "Whether this web process reaches a dependency right now (1) or not (0), checked at scrape time.",
+            labels=["dependency"],
+        )
+        for name, check in DEPENDENCIES.items():
+            up.add_metric([name], 0.0 if check() else 1.0)
+        yield up
 
 
 def healthz(request: HttpRequest) -> JsonResponse:

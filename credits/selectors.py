@@ -2,10 +2,12 @@
 
 import logging
 from collections.abc import Iterable
+from datetime import datetime
 
 from django.db import DatabaseError
 from django.db.models import QuerySet, Value
 
+from core.minutes import Minutes, counts_per_minute
 from credits.models import CreditBalance, DeadLetter, OrderCredit
 
 logger = logging.getLogger(__name__)
@@ -60,3 +62,14 @@ def credit_balance(*, user_id: int) -> int:
 def dead_letters_open_count() -> int:
     """Return how many dead letters wait for an operator."""
     return DeadLetter.objects.filter(status=DeadLetter.Status.OPEN).count()
+
+
+def credits_per_minute(*, minutes: Minutes) -> list[int]:
+    """Return how many credits were awarded in each minute, oldest first."""
+    return counts_per_minute(OrderCredit.objects.all(), field="created_at", minutes=minutes)
+
+
+def credit_award_times(*, since: datetime, limit: int) -> list[tuple[int, datetime]]:
+    """Return (order id, award time) of the newest credits awarded since then, at most `limit` of them."""
+    credits = OrderCredit.objects.filter(created_at__gte=since).order_by("-created_at")
+    return list(credits.values_list("order_id", "created_at")[:limit])

@@ -1,11 +1,25 @@
 """Reads of the outbox state: how far behind the relay is, and what needs a person."""
 
 from collections.abc import Iterable
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.utils import timezone
 
+from core.minutes import Minutes, counts_per_minute
 from outbox.models import TransactionLog
+
+
+@dataclass(frozen=True)
+class OutboxStates:
+    """How many rows wait in each state a person asks about (the admin's delivery filter), and the oldest due age."""
+
+    due: int
+    backing_off: int
+    stuck: int
+    dead: int
+    oldest_due_seconds: float
 
 
 def outbox_lag_seconds(*, now: datetime | None = None) -> float:
@@ -27,6 +41,25 @@ def outbox_lag_seconds(*, now: datetime | None = None) -> float:
 def outbox_dead_count() -> int:
     """Return how many messages were given up on and wait for a person."""
     return TransactionLog.objects.filter(status=TransactionLog.Status.DEAD).count()
+
+
+def outbox_states(*, now: datetime | None = None) -> OutboxStates:
+    """Return the rows due now, backing off after a failure, stuck and dead, as the admin's filters count them."""
+    now = now or timezone.now()
+    pending = TransactionLog.objects.filter(status=TransactionLog.Status.PENDING)
+    return OutboxStates(
+        due=pending.filter(next_attempt_at__lte=now).count(),
+        backing_off=pending.filter(next_attempt_at__gt=now, attempts__gt=0).count(),
+        stuck=pending.filter(created_at__lte=now - timedelta(seconds=settings.OUTBOX_STUCK_SECONDS)).count(),
+        dead=outbox_dead_count(),
+        oldest_due_seconds=outbox_lag_seconds(now=now),
+    )
+
+
+def outbox_published_per_minute(*, minutes: Minutes) -> list[int]:
+    """Return how many rows were marked published in each minute, oldest first (the retention index's range)."""
+    published = TransactionLog.objects.filter(status=TransactionLog.Status.PUBLISHED)
+    return counts_per_minute(published, field="published_at", minutes=minutes)
 
 
 def message_trace_contexts(*, ids: Iterable[str]) -> dict[str, tuple[str, str]]:

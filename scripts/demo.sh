@@ -43,13 +43,17 @@ if [ -f "$PGID_FILE" ]; then
 fi
 
 pids=()
+say() { echo "$@" 2>/dev/null || true; }  # the terminal or pipe may be gone: never let a message stop the clean-up
 stop_all() {
   trap - INT TERM EXIT
-  echo
-  echo "==> Stopping everything the demo started"
+  # Under `demo.sh | tee demo.log`, Ctrl-C stops tee too: a write to its pipe would raise SIGPIPE and kill this
+  # script before it stops anything. Ignored, the write just fails and the processes are stopped all the same.
+  trap '' PIPE
+  say
+  say "==> Stopping everything the demo started"
   [ ${#pids[@]} -gt 0 ] && stop_groups "${pids[@]}"
   rm -f "$PGID_FILE"
-  echo "stopped."
+  say "stopped."
 }
 trap 'stop_all; exit 130' INT TERM
 trap stop_all EXIT

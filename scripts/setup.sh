@@ -1,16 +1,51 @@
 #!/usr/bin/env bash
 # Install what creditshop needs on Debian/Ubuntu, make sure MariaDB, RabbitMQ and Redis are up, and prepare the database.
 # Idempotent: a second run only checks. Fails loudly (set -e) on the first step that does not work.
+#
+# Usage: scripts/setup.sh [-v|--verbose]   (or SETUP_VERBOSE=1)
+# Prints one line per step; everything the steps print (apt, pip, migrations) goes to SETUP_LOG (default
+# .run/setup.log), which a failure names. -v shows it all on the terminal as well.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-log() { printf '\n==> %s\n' "$*"; }
+VERBOSE=${SETUP_VERBOSE:-0}
+for arg in "$@"; do
+  case $arg in
+    -v | --verbose) VERBOSE=1 ;;
+    -h | --help) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "setup.sh: unknown option $arg (try --help)" >&2; exit 2 ;;
+  esac
+done
+case $VERBOSE in 0 | 1) ;; *) echo "setup.sh: SETUP_VERBOSE=$VERBOSE is not 0 or 1" >&2; exit 2 ;; esac
+SETUP_LOG=$(realpath -m "${SETUP_LOG:-.run/setup.log}")
+mkdir -p "$(dirname "$SETUP_LOG")"
+: >"$SETUP_LOG"
+exec 3>&1  # the terminal: step lines and the failure message
+if [ "$VERBOSE" = 1 ]; then
+  exec > >(tee -a "$SETUP_LOG") 2>&1
+else
+  exec >>"$SETUP_LOG" 2>&1
+fi
+step=""
+log() { step=$*; printf '==> %s\n' "$*" >&3; [ "$VERBOSE" = 1 ] || printf '\n==> %s\n' "$*"; }
+on_exit() {
+  local status=$?
+  [ "$status" -eq 0 ] && return 0
+  {
+    echo "setup.sh failed (exit $status)${step:+ in step: $step}. The full log: $SETUP_LOG"
+    [ "$VERBOSE" = 1 ] || { echo "Its last lines:"; tail -n 15 "$SETUP_LOG" | sed 's/^/    /'; }
+  } >&3
+}
+trap on_exit EXIT
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
+if [ "$VERBOSE" = 1 ]; then QUIET=(); DJANGO_VERBOSITY=1; else QUIET=(-q); DJANGO_VERBOSITY=0; fi
 
 # chromium and chromium-driver: the browser tests (tests/browser/) drive the admin, reports and API docs pages.
 # wrk: the HTTP load of bench/bench_orders.py.
+# prometheus (promtool and the server) and prometheus-alertmanager (amtool): deploy/prometheus/ is checked and its
+# alerts are tested on a real Prometheus (tests/test_prometheus_rules.py, tests/reliability/test_prometheus.py).
 packages=(libmariadb-dev pkg-config libmariadb-java openjdk-17-jre-headless python3-venv python3-dev build-essential
-  chromium chromium-driver wrk)
+  chromium chromium-driver prometheus prometheus-alertmanager wrk)
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || packages+=(mariadb-server)
 command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/sbin/rabbitmq-server ] || packages+=(rabbitmq-server)
 command -v redis-server >/dev/null 2>&1 || packages+=(redis-server)
@@ -57,8 +92,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 if ! cmp -s requirements.txt .venv/.requirements.installed; then
   log "Installing Python packages (requirements.txt)"
-  .venv/bin/pip install -q --upgrade pip
-  .venv/bin/pip install -q -r requirements.txt
+  .venv/bin/pip install "${QUIET[@]}" --upgrade pip
+  .venv/bin/pip install "${QUIET[@]}" -r requirements.txt
   cp requirements.txt .venv/.requirements.installed
 fi
 
@@ -84,8 +119,8 @@ for alias, db in settings.DATABASES.items():
     )
     server.close()
 PY
-.venv/bin/python manage.py migrate --no-input -v 0
-.venv/bin/python manage.py migrate --database credits --no-input -v 0
+.venv/bin/python manage.py migrate --no-input -v "$DJANGO_VERBOSITY"
+.venv/bin/python manage.py migrate --database credits --no-input -v "$DJANGO_VERBOSITY"
 log "Collecting static files (served by WhiteNoise: hashed names, gzip copies)"
-.venv/bin/python manage.py collectstatic --no-input -v 0
+.venv/bin/python manage.py collectstatic --no-input -v "$DJANGO_VERBOSITY"
 log "Setup done"

@@ -10,8 +10,18 @@ from rest_framework.test import APIClient
 
 pytestmark = pytest.mark.django_db
 
-# Probes, the API description and the favicon, meant to be open.
-PUBLIC = {"healthz", "metrics", "api/schema/", "api/docs/", "api/redoc/", "favicon.ico"}
+# Probes, the API description, the favicon and the API's JSON 404, meant to be open. /metrics is open unless
+# METRICS_TOKEN is set (tests/test_metrics_endpoint.py).
+PUBLIC = {
+    "healthz",
+    "metrics",
+    "api/schema/",
+    "api/docs/",
+    "api/redoc/",
+    "api/redoc/redoc.standalone.js",
+    "favicon.ico",
+    "^api/",
+}
 API = {
     "api/orders/": "/api/orders/",
     "api/orders/<int:order_id>/": "/api/orders/1/",
@@ -19,6 +29,7 @@ API = {
     "api/credits/": "/api/credits/",
 }
 STAFF_PAGES = {
+    "admin/pipeline/": "/admin/pipeline/",
     "reports/": "/reports/",
     "reports/runs/<int:run_id>/": "/reports/runs/1/",
     "reports/<str:day>/": "/reports/2026-11-20/",

@@ -24,14 +24,16 @@ def running(pgid: int) -> bool:
 DEMO_PROCESSES = ("web", "worker", "analytics", "beat", "relay")
 
 
+def demo_env(tmp_path, run_dir) -> dict[str, str]:
+    """Return the environment of a demo on this test's databases, its own port and run directory, and few orders."""
+    return service_env(
+        REPORTS_DIR=str(tmp_path / "reports"), DEMO_PORT=str(free_port()), DEMO_RUN_DIR=str(run_dir), DEMO_ORDERS="5"
+    )
+
+
 def test_ctrl_c_stops_everything_and_a_killed_runs_leftovers_are_stopped(transactional_db, tmp_path):
     run_dir = tmp_path / "run"
-    env = service_env(
-        REPORTS_DIR=str(tmp_path / "reports"),
-        DEMO_PORT=str(free_port()),
-        DEMO_RUN_DIR=str(run_dir),
-        DEMO_ORDERS="5",
-    )
+    env = demo_env(tmp_path, run_dir)
 
     first = pexpect.spawn("scripts/demo.sh", cwd=ROOT, env=env, encoding="utf-8", timeout=240)
     first.expect("Placing demo orders")
@@ -60,5 +62,37 @@ def test_ctrl_c_stops_everything_and_a_killed_runs_leftovers_are_stopped(transac
             second.close(force=True)
         # Whatever failed above, no demo process outlives the test (it would serve the next tests' database).
         for pgid in leftovers + started:
+            if running(pgid):
+                os.killpg(pgid, 9)
+
+
+def test_ctrl_c_stops_everything_when_the_output_goes_through_tee(transactional_db, tmp_path):
+    """Ctrl-C reaches tee too; the stop handler's messages then hit a closed pipe and must not cut the clean-up."""
+    run_dir = tmp_path / "run"
+    env = demo_env(tmp_path, run_dir)
+    demo = pexpect.spawn(
+        "bash",
+        ["-c", f"scripts/demo.sh | tee {tmp_path / 'demo.log'}"],
+        cwd=ROOT,
+        env=env,
+        encoding="utf-8",
+        timeout=240,
+    )
+    started: list[int] = []
+    try:
+        demo.expect("Placing demo orders")
+        started = [int(line) for line in (run_dir / "demo.pgids").read_text().split()]
+        assert len(started) == len(DEMO_PROCESSES) and all(running(pgid) for pgid in started)
+
+        demo.sendintr()  # to the terminal's foreground group: the script and tee alike
+        demo.expect(pexpect.EOF, timeout=30)
+        deadline = time.monotonic() + 15
+        while any(running(pgid) for pgid in started) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [pgid for pgid in started if running(pgid)] == []
+        assert not (run_dir / "demo.pgids").exists()
+    finally:
+        demo.close(force=True)
+        for pgid in started:
             if running(pgid):
                 os.killpg(pgid, 9)

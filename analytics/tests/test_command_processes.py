@@ -162,6 +162,7 @@ def test_violations_exit_zero_and_a_failed_job_exits_non_zero(tmp_path):
     assert "[3/6] look-ups outside the window done" in found.stdout  # per-stage progress
     # Spark's own start-up chatter stays out unless asked for (-v 2).
     assert "native-hadoop" not in found.stderr and "log4j profile" not in found.stderr, found.stderr[-3000:]
+    assert "Using incubator modules" not in found.stderr, found.stderr[-3000:]
 
     broken = run_command(
         command_env(tmp_path, SPARK_MASTER="local[2]", SPARK_JDBC_JAR=str(tmp_path / "missing.jar")),

@@ -186,3 +186,40 @@ def test_a_developer_tries_an_operation_on_the_api_docs_page(browser, admin_user
     assert '"count": 1' in browser.find("#operations-orders-orders_list .live-responses-table pre").text
     browser.screenshot("10-api-docs-try-it-out")
     assert browser.console_errors() == []
+
+
+def test_the_redoc_page_loads_nothing_from_outside(browser):
+    browser.open("/api/redoc/")
+    browser.find("h1")  # ReDoc rendered the document's title
+    browser.find("a[href='https://redocly.com/redoc/'] img")  # the footer whose logo came from Redocly's CDN
+
+    resources = browser.driver.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+    assert resources and [url for url in resources if not url.startswith(browser.base_url)] == []
+    assert browser.broken_images() == []
+    assert browser.console_errors() == []
+    browser.screenshot("11-api-redoc")
+
+
+def test_an_operator_reads_the_pipeline_page(browser, admin_user, user):
+    order_id, payload = place_order(user=user)
+    OrderCredit.objects.create(user_id=user.pk, order_id=order_id, amount=6, transaction_id=payload["transaction_id"])
+    TransactionLog.objects.filter(pk=payload["transaction_id"]).update(
+        status=TransactionLog.Status.PUBLISHED, published_at=timezone.now()
+    )
+    place_order(user=user)  # due, never published
+    NightlyRun.objects.create(
+        date=DAY, status=NightlyRun.Status.SUCCEEDED, finished_at=timezone.now(), ok=True, violations=0
+    )
+
+    browser.log_in("admin")
+    browser.click("#operations-module a[href='/admin/pipeline/']")
+    browser.assert_styled()
+
+    assert browser.find("#orders-last-hour").text == "2"
+    assert browser.find("#outbox-due").text == "1"
+    assert browser.find("#latency-count").text == "1"
+    assert "ok, no violations" in browser.find("#last-run").text
+    assert len(browser.driver.find_elements("css selector", "svg.sparkline")) == 3
+    assert browser.broken_images() == []
+    assert browser.console_errors() == []  # a CSP violation would be reported here
+    browser.screenshot("12-pipeline")
