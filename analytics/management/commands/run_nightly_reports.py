@@ -1,5 +1,6 @@
 """Run the nightly Spark job: credit analytics and consistency checks for a day (or several), optionally repairing."""
 
+import os
 from datetime import timedelta
 
 from django.conf import settings
@@ -15,7 +16,8 @@ class Command(BaseCommand):
     help = (
         "Compute credit analytics and run the consistency checks for --date (default: yesterday, UTC), writing "
         "$REPORTS_DIR/<date>/, the Parquet datasets and the report tables. Exits 0 when the job ran, even if "
-        "checks found violations; non-zero only when the job failed or another run holds the date."
+        "checks found violations; non-zero only when the job failed or another run holds the date, and 75 "
+        "(EX_TEMPFAIL) when SIGTERM interrupted it (recorded as interrupted; run it again)."
     )
 
     def add_arguments(self, parser):
@@ -36,13 +38,16 @@ class Command(BaseCommand):
         tracing_setup(service_name="creditshop-analytics", sql=settings.TRACING_SQL_SPANS)
         period = Period.ending(options["date"] or timezone.now().date() - timedelta(days=1), days=days)
         try:
-            outcome = runs.nightly_run(
-                period=period,
-                repair=options["repair"],
-                write=self._progress,
-                # Spark's own start-up warnings only when asked for: -v 2.
-                verbose=options["verbosity"] > 1,
-            )
+            with runs.interrupt_on_sigterm():
+                outcome = runs.nightly_run(
+                    period=period,
+                    repair=options["repair"],
+                    write=self._progress,
+                    # Spark's own start-up warnings only when asked for: -v 2.
+                    verbose=options["verbosity"] > 1,
+                )
+        except runs.RunInterrupted as exc:
+            raise CommandError(f"nightly run interrupted by {exc}", returncode=os.EX_TEMPFAIL) from None
         except runs.RunLocked as exc:
             raise CommandError(str(exc)) from None
         except Exception as exc:
