@@ -253,6 +253,7 @@ class Ledger:
     acknowledged: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> (order id, total)
     statuses: Counter = field(default_factory=Counter)
     server_errors: list[tuple[float, int]] = field(default_factory=list)  # (time, status)
+    connection_errors: list[tuple[float, str]] = field(default_factory=list)  # (time, REFUSED or "connection error")
     # (time acknowledged, seconds from the order's first attempt to its 201, retries included)
     latencies: list[tuple[float, float]] = field(default_factory=list)
     gave_up: int = 0
@@ -338,8 +339,10 @@ class OrderStream:
                     f"{self.backends.next()}/api/orders/", json=body, headers={"Idempotency-Key": key}, timeout=10
                 )
             except requests.RequestException as exc:
+                kind = REFUSED if _refused(exc) else "connection error"
                 with self.ledger.lock:
-                    self.ledger.statuses[REFUSED if _refused(exc) else "connection error"] += 1
+                    self.ledger.statuses[kind] += 1
+                    self.ledger.connection_errors.append((time.monotonic(), kind))
                 time.sleep(0.2)
                 continue
             with self.ledger.lock:

@@ -19,7 +19,6 @@ from rest_framework.authtoken.models import Token
 
 from analytics.models import NightlyRun
 from analytics.runs import lock_name
-from config.celery import app
 from outbox.models import TransactionLog
 from tests.processes import free_port
 from tests.reliability.harness import Backends, Ledger, OrderStream, wait_for_credits
@@ -29,6 +28,7 @@ from tests.reliability.restarts import (
     reload_gunicorn,
     restart,
     restart_behind_other,
+    restart_mid_nightly_run,
     wait_for,
 )
 
@@ -183,20 +183,20 @@ def test_analytics_worker_stopped_mid_run_records_it_interrupted_and_the_requeue
 ):
     # A Spark master that never answers keeps the first run in progress (the driver retries registering), without
     # the CPU of a real Spark job; the worker started again runs the requeued day on a small local master.
-    lock_free = []
     analytics_env = cluster.process_env.setdefault("analytics", {})
     analytics_env.update(SPARK_MASTER="spark://127.0.0.1:9", SPARK_DRIVER_MEMORY="512m", SPARK_LOCAL_IP="127.0.0.1")
     cluster.start("web", "relay", "credits", "analytics")
     runs = NightlyRun.objects.filter(date=NIGHTLY_DAY)
     with orders_flowing(cluster, make_user) as ledger:
-        app.send_task("analytics.run_nightly", kwargs={"date": NIGHTLY_DAY})
-        wait_for(
-            lambda: runs.filter(status=NightlyRun.Status.RUNNING).exists(),
-            timeout=120,
-            what="the nightly run to start\n" + cluster.logs("analytics"),
-        )
-        analytics_env["SPARK_MASTER"] = "local[1]"
-        restarts = [restart(cluster, "analytics", while_stopped=lambda: lock_free.append(day_lock_is_free()))]
+        lock_free = []
+        restarts = [
+            restart_mid_nightly_run(
+                cluster,
+                NIGHTLY_DAY,
+                spark_master_after="local[1]",
+                while_stopped=lambda: lock_free.append(day_lock_is_free()),
+            )
+        ]
     interrupted = runs.order_by("id").first()
     assert interrupted.status == NightlyRun.Status.INTERRUPTED, interrupted.error
 
