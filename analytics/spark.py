@@ -1,12 +1,14 @@
 """The SparkSession the nightly job runs in: master and JDBC driver from settings, UTC everywhere, small defaults."""
 
 import logging
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from analytics import class_archive
@@ -130,3 +132,22 @@ def spark_session(*, tuning: dict[str, str] | None = None, verbose: bool = False
         yield spark
     finally:
         spark.stop()
+
+
+def spark_gateway_stop(*, grace_seconds: float = 5.0) -> None:
+    """Stop the JVM this process started for Spark, if it still runs: SIGTERM, then SIGKILL after a grace period.
+
+    For a run cut short: a JVM whose session was never stopped (cut during its start, say) otherwise runs its
+    shutdown hooks against the master after the driver is gone, which can outlive the process by many seconds.
+    """
+    # pyspark keeps the gateway's JVM process on the gateway (pyspark/java_gateway.py, pinned in requirements.txt).
+    gateway = SparkContext._gateway
+    process = getattr(gateway, "proc", None)
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=grace_seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 
+from billiard.process import current_process
 from celery import shared_task
 from celery.exceptions import Reject
 from django.conf import settings
@@ -61,8 +62,8 @@ def run_forwarding_sigterm(command: list[str], *, timeout: float) -> tuple[subpr
     """Run a command to its end, passing a SIGTERM this process receives on to it; return how it ended and
     whether a SIGTERM came.
 
-    Only the main thread can take signals (a prefork pool process, or a solo worker, whose own handler still runs
-    after this one); elsewhere the command just runs.
+    Only the main thread can take signals (a prefork pool process, or a solo worker's); elsewhere the command just
+    runs.
     """
     stopping = threading.Event()
     with subprocess.Popen(
@@ -73,11 +74,14 @@ def run_forwarding_sigterm(command: list[str], *, timeout: float) -> tuple[subpr
             stopping.set()
             if process.returncode is None:
                 process.send_signal(signal.SIGTERM)
-            if callable(previous):
+            if chain:
                 previous(signum, frame)
 
         in_main_thread = threading.current_thread() is threading.main_thread()
         previous = signal.getsignal(signal.SIGTERM)
+        # In a prefork pool process the handler replaced here is billiard's, which ends the process at once: not
+        # called, the task ends by itself. In a solo worker it is Celery's warm shutdown, which must still start.
+        chain = callable(previous) and current_process().name == "MainProcess"
         if in_main_thread:
             signal.signal(signal.SIGTERM, forward)
         try:
