@@ -8,6 +8,11 @@ Command-line options override what is set here; docs/OPERATIONS.md, "Stopping an
 
 import importlib
 
+# On SIGTERM (or a HUP, TTOU) a worker takes no new request and has this long to finish the ones it holds. Orders and
+# every other request take milliseconds; ten seconds is room for a slow admin page. systemd's TimeoutStopSec for
+# the web must exceed it (docs/OPERATIONS.md, "Stopping and restarting").
+graceful_timeout = 10
+
 # Third-party modules the application imports that need no Django settings, imported once in the master so every
 # worker forked on start or on HUP inherits them: a worker's boot (import config.wsgi and the URLconf) went from
 # 0.67 s to 0.2 s of CPU (2026-11-24, shared machine at load average 10). The application's own modules (config and

@@ -1,14 +1,16 @@
 """The SparkSession the nightly job runs in: master and JDBC driver from settings, UTC everywhere, small defaults."""
 
+import contextlib
 import logging
-import subprocess
+import os
+import signal
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
 from analytics import class_archive
@@ -134,20 +136,33 @@ def spark_session(*, tuning: dict[str, str] | None = None, verbose: bool = False
         spark.stop()
 
 
-def spark_gateway_stop(*, grace_seconds: float = 5.0) -> None:
-    """Stop the JVM this process started for Spark, if it still runs: SIGTERM, then SIGKILL after a grace period.
+def spark_jvm_stop(*, grace_seconds: float = 5.0) -> int:
+    """Stop the processes this process started (Spark's JVM): SIGTERM, then SIGKILL after a grace period.
 
-    For a run cut short: a JVM whose session was never stopped (cut during its start, say) otherwise runs its
-    shutdown hooks against the master after the driver is gone, which can outlive the process by many seconds.
+    For a run cut short. A JVM whose session was never stopped (cut while it started, before pyspark even kept a
+    handle on it) otherwise lingers after the driver is gone, running its shutdown hooks against the master, and
+    holds the output pipes of whoever started the command. Return how many there were.
     """
-    # pyspark keeps the gateway's JVM process on the gateway (pyspark/java_gateway.py, pinned in requirements.txt).
-    gateway = SparkContext._gateway
-    process = getattr(gateway, "proc", None)
-    if process is None or process.poll() is not None:
-        return
-    process.terminate()
-    try:
-        process.wait(timeout=grace_seconds)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
+    children = _child_pids()
+    for pid in children:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_seconds
+    while (left := children & _child_pids()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return len(children)
+
+
+def _child_pids() -> set[int]:
+    """Return the pids of this process's live children (Linux /proc), without starting another one to ask."""
+    own, children = os.getpid(), set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            # The command name, in parentheses, may hold spaces: the fields after its closing one are fixed.
+            state, parent = stat.read_text().rpartition(")")[2].split()[:2]
+            if int(parent) == own and state != "Z":
+                children.add(int(stat.parent.name))
+    return children

@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 
 from billiard.process import current_process
@@ -66,9 +67,13 @@ def run_forwarding_sigterm(command: list[str], *, timeout: float) -> tuple[subpr
     runs.
     """
     stopping = threading.Event()
-    with subprocess.Popen(
-        command, cwd=settings.BASE_DIR, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    ) as process:
+    # Output to files, not pipes: a pipe stays open, and the wait for its end lasts, as long as any process that
+    # inherited it lives, and the command's Spark JVM may outlive the command.
+    with (
+        tempfile.TemporaryFile("w+") as stdout,
+        tempfile.TemporaryFile("w+") as stderr,
+        subprocess.Popen(command, cwd=settings.BASE_DIR, stdout=stdout, stderr=stderr, text=True) as process,
+    ):
 
         def forward(signum, frame):
             stopping.set()
@@ -85,12 +90,15 @@ def run_forwarding_sigterm(command: list[str], *, timeout: float) -> tuple[subpr
         if in_main_thread:
             signal.signal(signal.SIGTERM, forward)
         try:
-            stdout, stderr = process.communicate(timeout=timeout)
+            process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             process.kill()
-            process.communicate()
+            process.wait()
             raise
         finally:
             if in_main_thread:
                 signal.signal(signal.SIGTERM, previous)
-    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr), stopping.is_set()
+        stdout.seek(0)
+        stderr.seek(0)
+        output = subprocess.CompletedProcess(command, process.returncode, stdout.read(), stderr.read())
+    return output, stopping.is_set()

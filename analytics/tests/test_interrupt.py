@@ -137,3 +137,18 @@ def test_the_worker_shutdown_hook_signals_only_pool_processes_of_marked_tasks(mo
         for sleeper in sleepers:
             sleeper.kill()
             sleeper.wait()
+
+
+@pytest.mark.slow
+def test_an_interrupted_run_stops_the_jvm_it_started_even_one_that_ignores_sigterm():
+    from analytics.spark import spark_jvm_stop
+
+    stubborn = subprocess.Popen(
+        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"]
+    )
+    try:
+        assert spark_jvm_stop(grace_seconds=0.5) == 1
+        assert stubborn.wait(timeout=30) == -signal.SIGKILL
+    finally:
+        stubborn.kill()
+        stubborn.wait()

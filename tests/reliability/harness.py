@@ -42,6 +42,8 @@ class Cluster:
     extra_env: dict = field(default_factory=dict)
     # Per process name: variables only that process gets, over the rest (its own database user, say).
     process_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Per process name: arguments added to its command line (another Celery pool, say).
+    process_args: dict[str, list[str]] = field(default_factory=dict)
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     # Like systemd's Restart=always: a process that exits on its own is started again, and counted here. Celery's
     # prefork pool can die on reconnecting after its children were killed (celery/celery#9250, "file descriptor is
@@ -111,7 +113,6 @@ class Cluster:
             f"--workers={self.web_workers}",
             "--threads=4",
             "--worker-class=gthread",
-            "--graceful-timeout=5",
         ]
 
     def start(self, *names: str) -> None:
@@ -130,7 +131,7 @@ class Cluster:
     def _spawn(self, name: str) -> None:
         with open(self.workdir / "logs" / f"{name}.log", "ab") as log:
             self.procs[name] = subprocess.Popen(
-                self.commands()[name],
+                [*self.commands()[name], *self.process_args.get(name, [])],
                 cwd=ROOT,
                 env=self.env(name),
                 stdout=log,

@@ -144,7 +144,10 @@ def test_outbox_worker_warm_shutdown(cluster, make_user, capsys):
     assert "WorkerLostError" not in cluster.logs("outbox", tail=10_000)
 
 
-def test_credits_worker_warm_shutdown(cluster, make_user, capsys):
+@pytest.mark.parametrize("pool", ["prefork", "solo"])
+def test_credits_worker_warm_shutdown(cluster, make_user, capsys, pool):
+    # prefork as the harness runs it; solo as docs/OPERATIONS.md runs the consumer.
+    cluster.process_args["credits"] = ["-P", pool]
     cluster.start("web", "relay", "credits")
     with orders_flowing(cluster, make_user) as ledger:
         restarts = [restart(cluster, "credits") for _ in range(2)]

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from analytics import runs
 from analytics.period import Period, parse_day
-from analytics.spark import spark_gateway_stop
+from analytics.spark import spark_jvm_stop
 from core.tracing import tracing_setup
 
 
@@ -48,7 +48,7 @@ class Command(BaseCommand):
                     verbose=options["verbosity"] > 1,
                 )
         except runs.RunInterrupted as exc:
-            spark_gateway_stop()
+            spark_jvm_stop()
             raise CommandError(f"nightly run interrupted by {exc}", returncode=os.EX_TEMPFAIL) from None
         except runs.RunLocked as exc:
             raise CommandError(str(exc)) from None
