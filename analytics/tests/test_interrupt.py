@@ -143,10 +143,10 @@ def test_the_worker_shutdown_hook_signals_only_pool_processes_of_marked_tasks(mo
 def test_an_interrupted_run_stops_the_jvm_it_started_even_one_that_ignores_sigterm():
     from analytics.spark import spark_jvm_stop
 
-    stubborn = subprocess.Popen(
-        [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)"]
-    )
+    ignore_sigterm = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True)"
+    stubborn = subprocess.Popen([sys.executable, "-c", ignore_sigterm + "; time.sleep(60)"], stdout=subprocess.PIPE)
     try:
+        assert stubborn.stdout.readline() == b"up\n"
         assert spark_jvm_stop(grace_seconds=0.5) == 1
         assert stubborn.wait(timeout=30) == -signal.SIGKILL
     finally:
