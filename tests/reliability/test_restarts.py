@@ -116,32 +116,26 @@ def test_gunicorn_stop_and_start_behind_a_second_instance(cluster, make_user, ca
     assert_all_well(cluster, ledger, restarts, "web", "web2")
 
 
-def test_relay_finishes_its_batch_and_leaves_nothing_leased(cluster, make_user, capsys):
-    # The relay is the only publisher here (no outbox worker): what it leaves leased nobody else would hide.
-    cluster.start("web", "relay", "credits")
-    left_leased = []
-    with orders_flowing(cluster, make_user) as ledger:
-        restarts = [
-            restart(cluster, "relay", while_stopped=lambda: left_leased.append(leased_rows())) for _ in range(2)
-        ]
-    report(capsys, ledger, restarts)
-    assert_all_well(cluster, ledger, restarts, "relay")
-    assert left_leased == [0, 0]
-    assert cluster.logs("relay").count("stopped; published") == 2
+# Each relays alone in its test, so what it leaves leased nobody else would hide: the relay loop, or the outbox
+# worker (wake-ups and beat's sweep), whose task in hand finishes before it exits.
+RELAYS = {
+    "relay": (("web", "relay", "credits"), "stopped; published"),
+    "outbox": (("web", "outbox", "beat", "credits"), "Warm shutdown"),
+}
 
 
-def test_outbox_worker_warm_shutdown(cluster, make_user, capsys):
-    # The outbox worker relays alone here (wake-ups, and beat's sweep): its tasks in hand finish before it exits.
-    cluster.start("web", "outbox", "beat", "credits")
+@pytest.mark.parametrize("relay", RELAYS)
+def test_a_relay_finishes_its_batch_and_leaves_nothing_leased(cluster, make_user, capsys, relay):
+    processes, stopped_line = RELAYS[relay]
+    cluster.start(*processes)
     left_leased = []
     with orders_flowing(cluster, make_user) as ledger:
-        restarts = [
-            restart(cluster, "outbox", while_stopped=lambda: left_leased.append(leased_rows())) for _ in range(2)
-        ]
+        restarts = [restart(cluster, relay, while_stopped=lambda: left_leased.append(leased_rows())) for _ in range(2)]
     report(capsys, ledger, restarts)
-    assert_all_well(cluster, ledger, restarts, "outbox")
+    assert_all_well(cluster, ledger, restarts, relay)
     assert left_leased == [0, 0]
-    assert "WorkerLostError" not in cluster.logs("outbox", tail=10_000)
+    log = cluster.logs(relay, tail=10_000)
+    assert log.count(stopped_line) == 2 and "WorkerLostError" not in log, log[-3000:]
 
 
 @pytest.mark.parametrize("pool", ["prefork", "solo"])
