@@ -67,38 +67,45 @@ def run_forwarding_sigterm(command: list[str], *, timeout: float) -> tuple[subpr
     runs.
     """
     stopping = threading.Event()
-    # Output to files, not pipes: a pipe stays open, and the wait for its end lasts, as long as any process that
-    # inherited it lives, and the command's Spark JVM may outlive the command.
-    with (
-        tempfile.TemporaryFile("w+") as stdout,
-        tempfile.TemporaryFile("w+") as stderr,
-        subprocess.Popen(command, cwd=settings.BASE_DIR, stdout=stdout, stderr=stderr, text=True) as process,
-    ):
+    started: list[subprocess.Popen] = []
 
-        def forward(signum, frame):
-            stopping.set()
+    def forward(signum, frame):
+        stopping.set()
+        for process in started:
             if process.returncode is None:
                 process.send_signal(signal.SIGTERM)
-            if chain:
-                previous(signum, frame)
+        if chain:
+            previous(signum, frame)
 
-        in_main_thread = threading.current_thread() is threading.main_thread()
-        previous = signal.getsignal(signal.SIGTERM)
-        # In a prefork pool process the handler replaced here is billiard's, which ends the process at once: not
-        # called, the task ends by itself. In a solo worker it is Celery's warm shutdown, which must still start.
-        chain = callable(previous) and current_process().name == "MainProcess"
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.getsignal(signal.SIGTERM)
+    # In a prefork pool process the handler replaced here is billiard's, which ends the process at once: not called,
+    # the task ends by itself. In a solo worker it is Celery's warm shutdown, which must still start.
+    chain = callable(previous) and current_process().name == "MainProcess"
+    # Installed before the command starts, so no SIGTERM can fall between the two.
+    if in_main_thread:
+        signal.signal(signal.SIGTERM, forward)
+    try:
+        # Output to files, not pipes: a pipe stays open, and the wait for its end lasts, as long as any process that
+        # inherited it lives, and the command's Spark JVM may outlive the command.
+        with (
+            tempfile.TemporaryFile("w+") as stdout,
+            tempfile.TemporaryFile("w+") as stderr,
+            subprocess.Popen(command, cwd=settings.BASE_DIR, stdout=stdout, stderr=stderr, text=True) as process,
+        ):
+            started.append(process)
+            if stopping.is_set():
+                process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+                raise
+            stdout.seek(0)
+            stderr.seek(0)
+            output = subprocess.CompletedProcess(command, process.returncode, stdout.read(), stderr.read())
+    finally:
         if in_main_thread:
-            signal.signal(signal.SIGTERM, forward)
-        try:
-            process.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
-            raise
-        finally:
-            if in_main_thread:
-                signal.signal(signal.SIGTERM, previous)
-        stdout.seek(0)
-        stderr.seek(0)
-        output = subprocess.CompletedProcess(command, process.returncode, stdout.read(), stderr.read())
+            signal.signal(signal.SIGTERM, previous)
     return output, stopping.is_set()

@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from datetime import date
 
@@ -104,15 +103,14 @@ def test_a_run_interrupted_by_someone_else_fails_the_task(monkeypatch):
 
 @pytest.mark.slow
 def test_sigterm_is_forwarded_to_the_command_and_reported():
+    # The command, once it handles SIGTERM itself, sends this process (its parent) the SIGTERM a worker's shutdown
+    # would, and exits 75 when it comes back.
     child = (
-        "import signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(75)); print('up', flush=True);"
-        " time.sleep(60)"
+        "import os, signal, sys, time; signal.signal(signal.SIGTERM, lambda *a: sys.exit(75)); print('up', flush=True);"
+        " os.kill(os.getppid(), signal.SIGTERM); time.sleep(60)"
     )
-    timer = threading.Timer(1.0, os.kill, args=(os.getpid(), signal.SIGTERM))
     before = signal.getsignal(signal.SIGTERM)
-    timer.start()
     completed, stopping = tasks.run_forwarding_sigterm([sys.executable, "-c", child], timeout=60)
-    timer.join()
     assert (completed.returncode, completed.stdout, stopping) == (75, "up\n", True)
     assert signal.getsignal(signal.SIGTERM) == before
 
@@ -139,16 +137,34 @@ def test_the_worker_shutdown_hook_signals_only_pool_processes_of_marked_tasks(mo
             sleeper.wait()
 
 
+# Run in a process of its own: spark_jvm_stop stops every child of the process that calls it, and this test
+# process has others (a second MariaDB server, say).
+STOP_CHILDREN_PROBE = """
+import subprocess, sys
+import django
+django.setup()
+from analytics.spark import spark_jvm_stop
+ignore_sigterm = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True)"
+stubborn = subprocess.Popen([sys.executable, "-c", ignore_sigterm + "; time.sleep(60)"], stdout=subprocess.PIPE)
+assert stubborn.stdout.readline() == b"up\\n"
+print(spark_jvm_stop(grace_seconds=0.5), stubborn.wait(timeout=30))
+"""
+
+
 @pytest.mark.slow
 def test_an_interrupted_run_stops_the_jvm_it_started_even_one_that_ignores_sigterm():
-    from analytics.spark import spark_jvm_stop
+    from django.conf import settings
 
-    ignore_sigterm = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True)"
-    stubborn = subprocess.Popen([sys.executable, "-c", ignore_sigterm + "; time.sleep(60)"], stdout=subprocess.PIPE)
-    try:
-        assert stubborn.stdout.readline() == b"up\n"
-        assert spark_jvm_stop(grace_seconds=0.5) == 1
-        assert stubborn.wait(timeout=30) == -signal.SIGKILL
-    finally:
-        stubborn.kill()
-        stubborn.wait()
+    from tests.processes import service_env
+
+    completed = subprocess.run(
+        [sys.executable, "-c", STOP_CHILDREN_PROBE],
+        cwd=settings.BASE_DIR,
+        env=service_env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert completed.returncode == 0, completed.stderr[-3000:]
+    # One child stopped, by SIGKILL once the grace period was over.
+    assert completed.stdout.split() == ["1", str(-signal.SIGKILL)]
