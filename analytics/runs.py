@@ -6,6 +6,7 @@ stage and traceback, or an interruption (SIGTERM, under `interrupt_on_sigterm`).
 loads) knows nothing of locks or history rows.
 """
 
+import os
 import signal
 import threading
 import time
@@ -56,7 +57,7 @@ def nightly_run(*, period: Period, repair: bool, write: Callable[[str], None], v
         except BaseException as exc:
             # The signal may have stopped Spark first (a whole process group is signalled), so the error that
             # surfaces can be Spark's; the flag says what happened.
-            if isinstance(exc, RunInterrupted) or _interrupted.is_set():
+            if isinstance(exc, RunInterrupted) or interrupted():
                 run_interrupt(run=run)
             else:
                 run_fail(run=run, error=exc)
@@ -97,12 +98,20 @@ class Progress:
 _interrupted = threading.Event()
 
 
+def interrupted() -> bool:
+    """Tell whether SIGTERM arrived during the current `interrupt_on_sigterm` block."""
+    return _interrupted.is_set()
+
+
 @contextmanager
-def interrupt_on_sigterm() -> Iterator[None]:
+def interrupt_on_sigterm(*, on_signal: Callable[[], object] = lambda: None) -> Iterator[None]:
     """Turn the first SIGTERM into RunInterrupted in the main thread; ignore further ones while the run records it.
 
-    The exception comes out of whatever the main thread was waiting on (a Spark call, a query), the run is recorded
-    as interrupted, its Spark session stopped and its lock released on the way out, and the command exits 75.
+    The exception comes out of whatever the main thread was waiting on (a query, a Spark call), the run is recorded
+    as interrupted and its lock released on the way out, and the command exits 75. Python runs a signal handler only
+    when the main thread next runs Python code, and a Spark call can block it for minutes (a JVM retrying its
+    master) when the signal landed on another thread; so a watcher thread, woken by the signal itself
+    (`signal.set_wakeup_fd`), calls `on_signal` at once: the command stops Spark's JVM there, which ends the call.
     """
 
     def interrupt(signum, frame):
@@ -110,12 +119,26 @@ def interrupt_on_sigterm() -> Iterator[None]:
         _interrupted.set()
         raise RunInterrupted(f"signal {signal.Signals(signum).name}")
 
+    def watch(read_fd: int) -> None:
+        with os.fdopen(read_fd, "rb") as wakeups:
+            while received := wakeups.read(1):
+                if received[0] == signal.SIGTERM:
+                    _interrupted.set()
+                    on_signal()
+                    return
+
     _interrupted.clear()
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    previous_handler = signal.signal(signal.SIGTERM, interrupt)
+    previous_fd = signal.set_wakeup_fd(write_fd)
+    threading.Thread(target=watch, args=(read_fd,), name="sigterm-watch", daemon=True).start()
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        signal.set_wakeup_fd(previous_fd)
+        signal.signal(signal.SIGTERM, previous_handler)
+        os.close(write_fd)  # ends the watcher if no SIGTERM came
 
 
 def lock_name(day: date) -> str:

@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import date
 
@@ -79,6 +80,20 @@ def test_a_second_sigterm_while_the_run_records_itself_is_ignored():
             time.sleep(5)
         os.kill(os.getpid(), signal.SIGTERM)  # would end this process, or raise again, if not ignored
         time.sleep(0.1)
+
+
+def test_a_sigterm_that_lands_on_another_thread_still_stops_spark_at_once():
+    # The main thread blocked where no signal reaches it (a Spark call, here a lock): the watcher, woken by the
+    # signal whichever thread took it, calls on_signal at once (the command stops Spark's JVM there).
+    spark_stopped = threading.Event()
+    other = threading.Thread(target=time.sleep, args=(1,))
+    with pytest.raises(runs.RunInterrupted), runs.interrupt_on_sigterm(on_signal=spark_stopped.set):
+        other.start()
+        signal.pthread_kill(other.ident, signal.SIGTERM)
+        assert spark_stopped.wait(timeout=30)
+        time.sleep(5)  # the main thread runs Python again: the handler's exception ends the wait at once
+    assert runs.interrupted()
+    other.join()
 
 
 def finished(returncode: int, *, stopping: bool):

@@ -39,7 +39,7 @@ class Command(BaseCommand):
         tracing_setup(service_name="creditshop-analytics", sql=settings.TRACING_SQL_SPANS)
         period = Period.ending(options["date"] or timezone.now().date() - timedelta(days=1), days=days)
         try:
-            with runs.interrupt_on_sigterm():
+            with runs.interrupt_on_sigterm(on_signal=spark_jvm_stop):
                 outcome = runs.nightly_run(
                     period=period,
                     repair=options["repair"],
@@ -47,13 +47,18 @@ class Command(BaseCommand):
                     # Spark's own start-up warnings only when asked for: -v 2.
                     verbose=options["verbosity"] > 1,
                 )
-        except runs.RunInterrupted as exc:
-            spark_jvm_stop()
-            raise CommandError(f"nightly run interrupted by {exc}", returncode=os.EX_TEMPFAIL) from None
-        except runs.RunLocked as exc:
-            raise CommandError(str(exc)) from None
-        except Exception as exc:
-            raise CommandError(f"nightly run failed: {exc.__class__.__name__}: {exc}") from exc
+        except BaseException as exc:
+            # Interrupted, whatever error surfaced first (Spark's, once its JVM was stopped): exit 75, run it again.
+            if isinstance(exc, runs.RunInterrupted) or runs.interrupted():
+                spark_jvm_stop()
+                raise CommandError(
+                    "nightly run interrupted by SIGTERM; run it again for the same date", returncode=os.EX_TEMPFAIL
+                ) from None
+            if isinstance(exc, runs.RunLocked):
+                raise CommandError(str(exc)) from None
+            if isinstance(exc, Exception):
+                raise CommandError(f"nightly run failed: {exc.__class__.__name__}: {exc}") from exc
+            raise
         for day in outcome.days:
             verdict = "ok" if day.ok else f"{day.violations:,} violations"
             found = ", ".join(f"{name}={o.count:,}" for name, o in day.checks.items() if o.count)
