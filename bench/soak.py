@@ -194,7 +194,7 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
     faults = itertools.cycle(schedule)
     injected: list[str] = []
     ledger = Ledger()
-    restarts = []
+    restarts, earlier_nightly = [], 0
     cluster.start()
     backends = Backends(*cluster.web_urls.values())
     stream = OrderStream(backends, tokens, rate=args.rate, ledger=ledger)
@@ -214,7 +214,7 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
                     last_fault_end = next_fault = time.monotonic()
                     next_fault += args.fault_every
         if args.rolling_restart:
-            restarts = rolling_restart(cluster, backends)
+            restarts, earlier_nightly = rolling_restart(cluster, backends)
             last_fault_end = time.monotonic()
         stream.stop()
         result, _ = wait_for_credits(ledger, user_ids, timeout=args.drain_limit)
@@ -258,9 +258,12 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
         restart_problems = clean_restart_problems(hup, ledger, p99_limit=math.inf) + clean_restart_problems(
             [item for item in restarts if item not in hup], ledger, p99_limit=RESTART_P99_LIMIT_SECONDS
         )
-        nightly = list(NightlyRun.objects.filter(date=ROLLING_NIGHTLY_DAY).order_by("-id")[:2])
-        print(f"  nightly run for {ROLLING_NIGHTLY_DAY}: {[run.status for run in reversed(nightly)]}")
-        if [run.status for run in reversed(nightly)] != ["interrupted", "succeeded"]:
+        nightly = [
+            run.status
+            for run in NightlyRun.objects.filter(date=ROLLING_NIGHTLY_DAY, id__gt=earlier_nightly).order_by("id")
+        ]
+        print(f"  nightly run for {ROLLING_NIGHTLY_DAY}: {nightly}")
+        if nightly != ["interrupted", "succeeded"]:
             restart_problems.append("the nightly run was not recorded interrupted, then re-run successfully")
         for problem in restart_problems:
             print(f"  PROBLEM: {problem}")
@@ -274,8 +277,9 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
     return 0 if ok else 1
 
 
-def rolling_restart(cluster, backends) -> list:
-    """Restart every process type in turn, a few seconds apart, while the stream goes on; return the restarts."""
+def rolling_restart(cluster, backends) -> tuple[list, int]:
+    """Restart every process type in turn, a few seconds apart, while the stream goes on; return the restarts and
+    the id of the last nightly run recorded before them."""
     from analytics.models import NightlyRun
     from tests.reliability.restarts import (
         reload_gunicorn,
@@ -294,15 +298,19 @@ def rolling_restart(cluster, backends) -> list:
         *(lambda name=name: restart(cluster, name) for name in ("relay", "outbox", "credits", "beat")),
         lambda: restart_mid_nightly_run(cluster, ROLLING_NIGHTLY_DAY, spark_master_after="local[1]"),
     ]
+    # Earlier soaks on this database ran the same day: only this one's runs count.
+    earlier = NightlyRun.objects.filter(date=ROLLING_NIGHTLY_DAY).order_by("-id").values_list("id", flat=True).first()
     restarts = []
     for step in steps:
         time.sleep(SECONDS_BETWEEN_RESTARTS)
         restarts.append(step())
     # The requeued nightly run is a real (small) Spark job; orders keep flowing while it runs.
-    succeeded = NightlyRun.objects.filter(date=ROLLING_NIGHTLY_DAY, status=NightlyRun.Status.SUCCEEDED)
+    succeeded = NightlyRun.objects.filter(
+        date=ROLLING_NIGHTLY_DAY, status=NightlyRun.Status.SUCCEEDED, id__gt=earlier or 0
+    )
     with contextlib.suppress(AssertionError):
         wait_for(succeeded.exists, timeout=600, what="the requeued nightly run to succeed")
-    return restarts
+    return restarts, earlier or 0
 
 
 if __name__ == "__main__":
