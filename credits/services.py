@@ -88,7 +88,7 @@ def credits_database_wait(*, until: float) -> bool:
 # with the measurement); test_services reads the rows back through the ORM. The balance starts at its database default.
 BALANCE_CREATE = sql.Insert(CreditBalance, ("user_id", "balance", "updated_at"), keep_existing=True)
 BALANCE_ADD = sql.Update(CreditBalance, increment=("balance",), assign=("updated_at",), where=("user_id",))
-CREDIT_INSERT = sql.Insert(OrderCredit, ("order_id", "user_id", "amount", "transaction_id", "created_at"))
+CREDIT_INSERT = sql.Insert(OrderCredit, ("order_id", "user_id", "amount", "transaction_id", "created_at", "ordered_at"))
 
 
 def credit_balance_ensure(*, user_id: int) -> None:
@@ -98,27 +98,39 @@ def credit_balance_ensure(*, user_id: int) -> None:
         cursor.execute(BALANCE_CREATE.sql, [user_id, 0, connection.ops.adapt_datetimefield_value(timezone.now())])
 
 
-def _credit_insert(*, transaction_id: str, order_id: int, user_id: int, amount: int) -> bool:
+def _credit_insert(
+    *, transaction_id: str, order_id: int, user_id: int, amount: int, ordered_at: datetime | None
+) -> bool:
     """Add the credit to the balance and insert its row in one transaction; write nothing without a balance row."""
     alias = credits_database()
     connection = connections[alias]
     now = connection.ops.adapt_datetimefield_value(timezone.now())
+    ordered_at = connection.ops.adapt_datetimefield_value(ordered_at)
     with transaction.atomic(using=alias), connection.cursor() as cursor:
         cursor.execute(BALANCE_ADD.sql, [amount, now, user_id])
         if cursor.rowcount != 1:
             return False
-        cursor.execute(CREDIT_INSERT.sql, [order_id, user_id, amount, transaction_id, now])
+        cursor.execute(CREDIT_INSERT.sql, [order_id, user_id, amount, transaction_id, now, ordered_at])
     return True
 
 
-def credit_award(*, transaction_id: str, order_id: int, user_id: int, total: int) -> CreditAward:
+def credit_award(
+    *, transaction_id: str, order_id: int, user_id: int, total: int, ordered_at: datetime | None = None
+) -> CreditAward:
     """Award 2 x total credits for the order once; any later award for the same order changes nothing.
 
-    Trusts its (parsed, well-formed) message: the order service's database is never read. Inside a caller's
-    transaction, call credit_balance_ensure for the user beforehand.
+    Trusts its (parsed, well-formed) message: the order service's database is never read. `ordered_at` is when the
+    order was placed, from a version-2 message on. Inside a caller's transaction, call credit_balance_ensure for the
+    user beforehand.
     """
     amount = CREDITS_PER_UNIT * total
-    fields = {"transaction_id": transaction_id, "order_id": order_id, "user_id": user_id, "amount": amount}
+    fields = {
+        "transaction_id": transaction_id,
+        "order_id": order_id,
+        "user_id": user_id,
+        "amount": amount,
+        "ordered_at": ordered_at,
+    }
     try:
         inserted = _credit_insert(**fields)
         if not inserted:
@@ -232,6 +244,7 @@ def dead_letter_replay(*, dead_letter_id: int, by: str) -> Replay:
                 order_id=message.order_id,
                 user_id=message.user_id,
                 total=message.total,
+                ordered_at=message.ordered_at,
             )
             locked.update(status=DeadLetter.Status.REPLAYED, replayed_at=timezone.now(), replayed_by=by)
     except Exception as exc:  # every failure is reported on the row and to the operator, none is raised

@@ -14,6 +14,7 @@ from core.contract import BUSINESS_ORDER
 from core.errors import ApplicationError
 from core.logs import transaction_bind
 from core.retention import purge_in_batches
+from orders.messages import order_message_payload
 from orders.models import IdempotencyKey, Order
 from outbox.ids import new_transaction_id
 from outbox.services import message_create
@@ -63,7 +64,7 @@ def order_create(
                 transaction_id=transaction_id,
                 business=BUSINESS_ORDER,
                 foreign_key=str(order_id),
-                payload={"order_id": order_id, "user_id": user.pk, "total": total},
+                payload=order_message_payload(order_id=order_id, user_id=user.pk, total=total, created_at=now),
             )
             if idempotency_key is not None:
                 with connection.cursor() as cursor:

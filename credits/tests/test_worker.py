@@ -207,13 +207,13 @@ def test_malformed_messages_are_dead_lettered_at_once(start_worker, user):
     _, payload = place_order(user=user)
     worker = start_worker("strict", **FAST_RETRIES)
     app.send_task(AWARD_TASK, kwargs={"message": {**payload, "total": "ten"}}, task_id="m-total", queue=CREDITS_QUEUE)
-    app.send_task(AWARD_TASK, kwargs={"message": {**payload, "schema_version": 2}}, task_id="m-v2", queue=CREDITS_QUEUE)
+    app.send_task(AWARD_TASK, kwargs={"message": {**payload, "schema_version": 0}}, task_id="m-v0", queue=CREDITS_QUEUE)
     app.send_task(AWARD_TASK, args=[payload], task_id="m-args", queue=CREDITS_QUEUE)
     wait_until(lambda: DeadLetter.objects.count() == 3, what="three dead letters")
     letters = {d.message_id: d for d in DeadLetter.objects.all()}
     assert {k: (d.reason, d.attempts) for k, d in letters.items()} == {
         "m-total": ("malformed", 1),
-        "m-v2": ("unsupported_schema", 1),
+        "m-v0": ("unsupported_schema", 1),
         "m-args": ("malformed", 1),
     }
     assert letters["m-args"].payload == {"args": [payload], "kwargs": {}}
@@ -223,7 +223,7 @@ def test_malformed_messages_are_dead_lettered_at_once(start_worker, user):
     assert sorted((m["headers"]["id"], m["headers"]["retries"]) for m in dead) == [
         ("m-args", 0),
         ("m-total", 0),
-        ("m-v2", 0),
+        ("m-v0", 0),
     ]
     assert worker.count(r"retry: Retry in") == 0
     assert worker.count(r": ERROR/") == 3
