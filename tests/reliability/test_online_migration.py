@@ -24,7 +24,9 @@ pytestmark = pytest.mark.slow
 RATE = 20  # orders per second, across all clients
 P99_LIMIT_SECONDS = 0.250
 WINDOW_SECONDS = 5
-ROWS = 500_000  # credits already in the table: what the index is built over
+ROWS = 1_000_000  # credits already in the table: what the index is built over
+INSERT_RATE = 100  # the release before's credit inserts per second: many samples in a short window
+WARM_UP_SECONDS = 3  # gunicorn's first requests load the API
 APP, BEFORE, MIGRATION = "credits", "0004_order_credit_amount", "0005_order_credit_ordered_at"
 OLD_RELEASE_USER = 2_000_000_000  # the writer thread's credits belong to no test user
 
@@ -94,11 +96,11 @@ def test_the_ordered_at_migration_runs_while_orders_flow(cluster, credits_on_sec
         cluster.start("web", "relay", "outbox", "beat")
         ledger = Ledger()
         stream = OrderStream(cluster.base_url, tokens, rate=RATE, ledger=ledger)
-        awards = OldReleaseAwards(port=server.port, database=database, rate=RATE)
+        awards = OldReleaseAwards(port=server.port, database=database, rate=INSERT_RATE)
         stream.start()
         awards.start()
         try:
-            time.sleep(WINDOW_SECONDS)
+            time.sleep(WARM_UP_SECONDS + WINDOW_SECONDS)
             started = time.monotonic()
             call_command("migrate", APP, MIGRATION, database="credits", verbosity=0)
             finished = time.monotonic()
