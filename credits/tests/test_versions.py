@@ -5,7 +5,6 @@ newer consumer takes it or the wait runs out (then a version_not_supported dead 
 dead-lettered at once. The slow end-to-end rollout is tests/reliability/test_rollout.py.
 """
 
-import json
 from datetime import timedelta
 
 import pytest
@@ -13,7 +12,6 @@ from celery import states
 from celery.exceptions import Reject, Retry
 from django.conf import settings
 from django.utils import timezone
-from kombu import Connection
 from prometheus_client import REGISTRY
 
 from core.contract import CREDITS_QUEUE
@@ -26,7 +24,7 @@ from credits.tasks import (
     NEWER_VERSION_HANDBACKS_HEADER,
     award_credits,
 )
-from credits.tests.support import broker_reset, place_order
+from credits.tests.support import broker_reset, place_order, queue_take
 from orders.models import Order
 
 pytestmark = pytest.mark.django_db
@@ -50,17 +48,7 @@ def v1_consumer(settings):
 def credits_queue():
     """The credits queue of the test broker, empty before and after the test; yields a function taking its messages."""
     broker_reset()
-
-    def take() -> list[dict]:
-        taken = []
-        with Connection(settings.CELERY_BROKER_URL) as conn:
-            channel = conn.default_channel
-            while (message := channel.basic_get(CREDITS_QUEUE, no_ack=True)) is not None:
-                args, kwargs, _embed = json.loads(message.body)
-                taken.append({"headers": message.headers, "kwargs": kwargs})
-        return taken
-
-    yield take
+    yield lambda: queue_take(CREDITS_QUEUE)
     broker_reset()
 
 
