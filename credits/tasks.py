@@ -87,6 +87,14 @@ def _carried_headers(request) -> dict:
     return headers
 
 
+def _countdown(delay: float) -> float:
+    """Return a delay the broker can keep: on quorum queues, native delayed delivery counts whole seconds only."""
+    if settings.CELERY_QUEUE_TYPE == QUEUE_TYPE_QUORUM:
+        # It rounds a countdown down and refuses one under 1 s.
+        return max(1, math.ceil(delay))
+    return delay
+
+
 def _fail(task: Task, exc: Exception, payload: Any) -> NoReturn:
     """Retry the message after a transient failure, or dead-letter it: record it, then reject it to credits.dead."""
     failure = retry.failure_classify(exc)
@@ -105,10 +113,7 @@ def _fail(task: Task, exc: Exception, payload: Any) -> NoReturn:
         handbacks = _handbacks(request)
         error = f"{error}; no consumer that accepts it took it in {waited:.0f}s ({handbacks} hand-back(s))"
     if retry.retry_allowed(failure, retries=request.retries):
-        delay = retry.retry_delay(request.retries)
-        if settings.CELERY_QUEUE_TYPE == QUEUE_TYPE_QUORUM:
-            # Native delayed delivery counts whole seconds: it rounds a countdown down and refuses one under 1 s.
-            delay = max(1, math.ceil(delay))
+        delay = _countdown(retry.retry_delay(request.retries))
         try:
             with tracing.span("credits.retry", attributes={"credits.reason": failure.reason, "credits.delay_s": delay}):
                 retry_signal = task.retry(
@@ -190,7 +195,9 @@ def _requeue_during_outage(task: Task, failure: retry.Failure, exc: Exception) -
     )
     if settings.CELERY_QUEUE_TYPE != QUEUE_TYPE_QUORUM or request.is_eager:
         raise Reject(failure.error, requeue=True) from exc
-    _republish(task, exc, countdown=OUTAGE_REPUBLISH_SECONDS, headers=_carried_headers(request), error=failure.error)
+    raise _republish(
+        task, exc, countdown=OUTAGE_REPUBLISH_SECONDS, headers=_carried_headers(request), error=failure.error
+    )
 
 
 def _handbacks(request) -> int:
@@ -208,9 +215,7 @@ def _hand_back_newer_version(task: Task, failure: retry.Failure, exc: Exception,
     """
     request = task.request
     handbacks = _handbacks(request)
-    delay = retry.retry_delay(handbacks)
-    if settings.CELERY_QUEUE_TYPE == QUEUE_TYPE_QUORUM:
-        delay = max(1, math.ceil(delay))  # native delayed delivery counts whole seconds
+    delay = _countdown(retry.retry_delay(handbacks))
     metrics.VERSION_HANDBACKS.inc()
     logger.warning(
         "credits message %s handed back for a newer consumer (hand-back %d, again in %.2fs): %s",
@@ -225,19 +230,24 @@ def _hand_back_newer_version(task: Task, failure: retry.Failure, exc: Exception,
         NEWER_VERSION_FIRST_SEEN_HEADER: first_seen.isoformat(),
         NEWER_VERSION_HANDBACKS_HEADER: handbacks + 1,
     }
-    _republish(task, exc, countdown=delay, headers=headers, error=failure.error)
+    with tracing.span("credits.hand_back", attributes={"credits.handbacks": handbacks + 1, "credits.delay_s": delay}):
+        handed_back = _republish(task, exc, countdown=delay, headers=headers, error=failure.error)
+    raise handed_back
 
 
-def _republish(task: Task, exc: Exception, *, countdown: float, headers: dict, error: str) -> NoReturn:
-    """Publish the message in hand again, as it was (retries included) but for these headers, then acknowledge it."""
+def _republish(task: Task, exc: Exception, *, countdown: float, headers: dict, error: str) -> Retry:
+    """Publish the message in hand again with these headers, its retries unchanged; return the Retry to raise.
+
+    Raised, the Retry acknowledges the delivery in hand. If the publish fails, Reject puts the delivery back instead.
+    """
     request = task.request
     again = task.signature_from_request(request, countdown=countdown, retries=request.retries, headers=headers)
     try:
         again.apply_async()
     except Exception as publish_exc:  # the broker copy stays unacknowledged, so the queue keeps it
         raise Reject(f"{error}; republishing failed: {publish_exc}", requeue=True) from exc
-    # Acknowledges the delivery in hand, as a retry does; `again` carries the message on.
-    raise Retry(exc=exc, when=countdown, sig=again)
+    # Raised, it acknowledges the delivery in hand, as a retry does; `again` carries the message on.
+    return Retry(exc=exc, when=countdown, sig=again)
 
 
 @shared_task(

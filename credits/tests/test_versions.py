@@ -6,12 +6,15 @@ dead-lettered at once. The slow end-to-end rollout is tests/reliability/test_rol
 """
 
 from datetime import timedelta
+from unittest import mock
 
 import pytest
 from celery import states
+from celery.canvas import Signature
 from celery.exceptions import Reject, Retry
 from django.conf import settings
 from django.utils import timezone
+from kombu.exceptions import OperationalError
 from prometheus_client import REGISTRY
 
 from core.contract import CREDITS_QUEUE
@@ -108,6 +111,16 @@ def test_a_newer_version_goes_back_to_the_queue_spending_no_retry(user, version_
     assert not DeadLetter.objects.exists()
     assert sample("creditshop_credits_version_handbacks_total") == handbacks_before + 1
     assert sample("creditshop_credits_retries_total", reason="version_not_supported") == retries_before
+
+
+def test_a_hand_back_the_broker_refuses_puts_the_delivery_back(user, version_2, v1_consumer, credits_queue):
+    _, payload = place_order(user=user)
+    # The injected fault: the broker refuses the publish of the message handed back.
+    with mock.patch.object(Signature, "apply_async", side_effect=OperationalError("broker down")):
+        raised = consume_as_a_worker(payload)
+    assert isinstance(raised, Reject) and raised.requeue is True
+    assert "republishing failed" in str(raised.reason)
+    assert not DeadLetter.objects.exists()
 
 
 def test_each_hand_back_keeps_the_first_time_and_backs_off_further(
