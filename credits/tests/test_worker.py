@@ -231,6 +231,30 @@ def test_malformed_messages_are_dead_lettered_at_once(start_worker, user):
     assert_all_acknowledged(worker)
 
 
+def test_a_newer_version_is_handed_back_until_its_wait_runs_out_then_dead_lettered(start_worker, user, settings):
+    """On a classic queue the worker itself holds each hand-back until due (an ETA task), then tries again."""
+    settings.ORDER_MESSAGE_VERSION = 2
+    _, payload = place_order(user=user)
+    worker = start_worker(
+        "v1-only",
+        CREDITS_ACCEPTED_MESSAGE_VERSIONS="1",
+        CREDITS_UNKNOWN_VERSION_WAIT_SECONDS="3",
+        CREDITS_RETRY_BASE_SECONDS="0.4",
+    )
+    publish(payload)
+    letter = wait_until(lambda: DeadLetter.objects.first(), what="the dead letter")
+    assert (letter.reason, letter.attempts) == ("version_not_supported", 1)
+    handbacks = worker.count("handed back for a newer consumer")
+    assert handbacks >= 2
+    assert f"({handbacks} hand-back(s))" in letter.error
+    (dead,) = wait_until(dead_queue_take, what="credits.dead")
+    assert dead["headers"]["retries"] == 0
+    assert worker.count(r"retry: Retry in") == handbacks, "each hand-back acknowledged its delivery, as a retry does"
+    assert worker.count(r"failed \(\w+\), retry") == 0, "no retry spent"
+    assert not OrderCredit.objects.exists()
+    assert_all_acknowledged(worker)
+
+
 def test_balance_equals_the_sum_of_entries_after_a_concurrent_burst_for_one_user(start_worker, user):
     payloads = [place_order(user=user, total=1 + i % 50)[1] for i in range(300)]
     workers = [start_worker("burst-a", concurrency=2), start_worker("burst-b", concurrency=2)]
