@@ -126,7 +126,7 @@ def test_an_expired_key_is_refused_at_once_though_it_was_cached(user, monkeypatc
 
     # The clock moves past the expiry (injected: no test waits an hour); the cached row still says "valid user".
     later = token.expires_at + timedelta(seconds=1)
-    monkeypatch.setattr("accounts.models.timezone.now", lambda: later)
+    monkeypatch.setattr("accounts.authentication.timezone.now", lambda: later)
     with CaptureQueriesContext(connection) as ctx:
         response = get_orders(key)
     assert (response.status_code, response.json()) == (401, {"detail": "Token expired."})
