@@ -218,3 +218,19 @@ def test_staff_without_the_delete_permission_cannot_revoke(user, make_staff_clie
 def test_drf_s_admin_page_of_plain_keys_is_gone():
     assert not admin.site.is_registered(TokenProxy)
     assert admin.site.is_registered(ApiToken)
+
+
+def test_the_look_up_reads_the_user_and_the_token_as_the_orm_does(user, settings):
+    """The plain SQL and its converters (accounts/authentication.py) drift from the models: this fails."""
+    settings.API_TOKEN_CACHE_SECONDS = 0
+    user.last_login = timezone.now()
+    user.save()
+    token, key = api_token_create(user=user, expires_at=timezone.now() + timedelta(days=1))
+    found = authentication.token_by_key(key)
+    token.refresh_from_db()
+    user.refresh_from_db()
+    fields = [field.attname for field in type(user)._meta.concrete_fields]
+    assert [getattr(found.user, f) for f in fields] == [getattr(user, f) for f in fields]
+    assert found.user.get_deferred_fields() == set() and found.user._state.adding is False
+    assert (found.id, found.expires_at) == (token.pk, token.expires_at)
+    assert found.expires_at.tzinfo is not None and found.user.is_active is True
