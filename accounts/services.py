@@ -33,11 +33,12 @@ def api_token_create(
 def _revoke(tokens: QuerySet, *, by: str) -> int:
     # Deleted one by one through the ORM, so each token's post_delete drops its cached row (accounts/authentication.py).
     revoked = list(tokens.select_for_update().order_by("pk"))
+    ids = [token.pk for token in revoked]
     for token in revoked:
         token.delete()
-    if revoked:
-        logger.info("API tokens %s revoked by %s", [token.pk for token in revoked], by)
-    return len(revoked)
+    if ids:
+        logger.info("API tokens %s revoked by %s", ids, by)
+    return len(ids)
 
 
 def api_tokens_revoke(*, user: AbstractBaseUser, name: str | None = None, by: str = "command") -> int:

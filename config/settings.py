@@ -312,5 +312,7 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["trace_context"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     # Request logs would carry the Authorization header on errors; django.request logs paths and status only.
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    # django-axes logs each failed login and lockout as a warning; its INFO lines (a banner at every start, the same
+    # failure again) are noise.
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }

@@ -3,6 +3,7 @@ the data migration that hashed DRF's plain-text keys."""
 
 import importlib
 import io
+import logging
 from datetime import timedelta
 from types import SimpleNamespace
 
@@ -190,8 +191,8 @@ def test_the_data_migration_hashes_drf_keys_so_they_keep_working(user, other_use
     assert get_orders(old[0]).status_code == 401
 
 
-def test_staff_see_tokens_in_the_admin_never_a_key_and_revoke_them(user, make_staff_client):
-    _, key = api_token_create(user=user, name="laptop")
+def test_staff_see_tokens_in_the_admin_never_a_key_and_revoke_them(user, make_staff_client, caplog):
+    token, key = api_token_create(user=user, name="laptop")
     assert get_orders(key).status_code == 200
     staff = make_staff_client("auditor", "accounts.view_apitoken", "accounts.delete_apitoken")
     url = "/admin/accounts/apitoken/"
@@ -202,9 +203,11 @@ def test_staff_see_tokens_in_the_admin_never_a_key_and_revoke_them(user, make_st
     detail = staff.get(f"{url}{ApiToken.objects.get().pk}/change/").content.decode()
     assert key_prefix(key) in detail and key_digest(key) not in detail
 
-    done = staff.post(url, {"action": "revoke", "_selected_action": [ApiToken.objects.get().pk]}, follow=True)
+    with caplog.at_level(logging.INFO, logger="accounts.services"):
+        done = staff.post(url, {"action": "revoke", "_selected_action": [token.pk]}, follow=True)
     assert "Revoked 1 token(s)" in done.content.decode()
     assert get_orders(key).status_code == 401
+    assert f"API tokens [{token.pk}] revoked by auditor" in caplog.text
 
 
 def test_staff_without_the_delete_permission_cannot_revoke(user, make_staff_client):
