@@ -119,10 +119,11 @@ AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contri
 # AXES_COOLOFF_MINUTES (a success first resets the count). Staff see attempts and lockouts under /admin/axes/.
 AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=env_int("AXES_COOLOFF_MINUTES", 15, minimum=1))
+# Each on its own: an address, or a username. The address is REMOTE_ADDR, the peer gunicorn sees (behind a proxy:
+# docs/OPERATIONS.md, "Admin login throttle").
 AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
 AXES_RESET_ON_SUCCESS = True
 AXES_ENABLE_ACCESS_FAILURE_LOG = True
-# The address is REMOTE_ADDR, the peer gunicorn sees (docs/OPERATIONS.md "Admin login throttle" for a proxy).
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
@@ -154,7 +155,7 @@ API_MAX_BODY_BYTES = 64 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
 
 ORDERS_RATE_LIMIT = env_rate("ORDERS_RATE_LIMIT", "20/second")
-# An API token's user row is cached this long in the shared cache (accounts/authentication.py); 0 reads it every time.
+# An API token's row (its user, its expiry) is cached this long in Redis (accounts/authentication.py); 0: never.
 API_TOKEN_CACHE_SECONDS = env_int("API_TOKEN_CACHE_SECONDS", 30, minimum=0)
 # The key of the HMAC that API keys are stored as (accounts/keys.py). Changing it invalidates every token; set it
 # apart from DJANGO_SECRET_KEY so rotating that one leaves tokens working.
