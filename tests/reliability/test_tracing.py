@@ -19,8 +19,8 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
 )
-from rest_framework.authtoken.models import Token
 
+from accounts.services import api_token_create
 from credits.models import DeadLetter, OrderCredit
 from credits.tests.support import DatabaseFaults, wait_until
 from outbox.models import TransactionLog
@@ -150,7 +150,7 @@ def test_one_trace_from_order_request_to_credit_through_retry_and_replay(cluster
         CREDITS_RETRY_MAX_SECONDS="0.1",
     )
     user = get_user_model().objects.create_user("buyer")
-    token = Token.objects.create(user=user).key
+    token = api_token_create(user=user)[1]
     get_user_model().objects.create_superuser("operator", password="operator-password-1")
     faults = DatabaseFaults()
     faults.install()
