@@ -182,6 +182,8 @@ def _requeue_during_outage(task: Task, failure: retry.Failure, exc: Exception) -
     max_retries=None,
     # An error escaping the task (none should) rejects the message to credits.dead instead of acking it away.
     acks_on_failure_or_timeout=False,
+    # The message body is decoded once per delivery, not twice.
+    Request="core.celery_request:DecodedOnceRequest",
 )
 def award_credits(self: Task, *args: Any, **kwargs: Any) -> str:
     """Award the credits one transaction_log message asks for: kwargs {"message": payload}, no positional args.
