@@ -57,9 +57,15 @@ def fixup_receivers(worker_fixup) -> list[str]:
     ]
 
 
+class StartingWorker:
+    """What the fixup reads of the worker that starts (a signal's sender must be hashable)."""
+
+    app = celery_config.app
+
+
 def test_a_starting_worker_takes_the_django_fixups_per_task_handlers_out():
     fixup = next(f for f in celery_config.app._fixups if isinstance(f, DjangoFixup))
-    worker = SimpleNamespace(app=celery_config.app)
+    worker = StartingWorker()
     try:
         # What Celery's fixup does at worker start, alone: it handles every task.
         fixup.on_worker_init(sender=worker)
