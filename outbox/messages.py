@@ -13,13 +13,15 @@ from outbox.claims import ClaimedMessage
 _ORIGIN = f"outbox-relay@{socket.gethostname()}"
 # Celery's own cap on the argument summaries it puts in the headers.
 _REPR_MAX = 1024
-# Protocol-2 headers left out of the message: for a task published this way (no ETA, expiry, group, time limit,
-# parent, stamps or shadow name) each holds what a worker assumes when the header is absent (None, [None, None], {},
-# False or 0 for the same result, the root id being the task id), and no code here reads them. The consumer decodes
-# every header of every message in Python: these thirteen cost it about a tenth of its CPU per award
-# (bench_credits.py). A message with or without them runs the same on any worker of this Celery version, so relays
-# old and new can publish side by side. Kept: task and id (required), retries, origin and the argument summaries
-# (for people reading credits.dead), and this project's own headers.
+# Protocol-2 headers left out of the message. For a task published this way (no ETA, expiry, group, time limit,
+# parent, stamps or shadow name) each holds what a worker does without it: no value, [None, None], {} or 0; the root
+# id is the task id, which Celery falls back to; ignore_result False, where absent means the task's own setting
+# (results are ignored and there is no result backend, so nothing is stored either way); lang, which workers never
+# read. py-amqp decodes every header of every message in Python: these thirteen were about 5% of a profiled
+# worker's CPU per award (docs/PERFORMANCE.md). A message with or without them runs the same on any worker of this
+# Celery version (outbox/tests/test_messages.py), so relays and workers old and new mix. Kept: task and id
+# (required), retries, origin and the argument summaries (for people reading credits.dead or `celery inspect`), and
+# this project's own headers.
 DEFAULT_VALUED_HEADERS = (
     "lang",
     "shadow",
