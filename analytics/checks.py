@@ -26,6 +26,7 @@ ID_KINDS = {
     "log_without_order": "transaction",
     "missing_credit": "order",
     "credit_amount_mismatch": "credit",
+    "credit_ordered_at_mismatch": "credit",
     "orphan_credit": "credit",
     "duplicate_credit": "order",
     "stuck_outbox": "transaction",
@@ -105,6 +106,26 @@ def check_credit_amount_mismatch(credits: DataFrame, orders: DataFrame, ctx: Che
     )
 
 
+def check_credit_ordered_at_mismatch(credits: DataFrame, orders: DataFrame, ctx: CheckContext) -> DataFrame:
+    """Credits awarded in the period dated by their message (version 2 on) at another time than their order was placed.
+
+    The message's ordered_at must mean the order's created_at (core/contract.py); a producer that sent anything else
+    changed what a field means, which the versioning rule forbids. Credits from version-1 messages carry no date.
+    """
+    awarded = in_period(credits, ctx.period).where(F.col("ordered_at").isNotNull()).alias("c")
+    return (
+        awarded.join(orders.alias("o"), F.col("c.order_id") == F.col("o.id"))
+        .where(F.col("c.ordered_at") != F.col("o.created_at"))
+        .select(
+            F.to_date(F.col("c.created_at")).alias("date"),
+            F.col("c.id").alias("id"),
+            F.col("c.order_id").alias("order_id"),
+            F.col("o.created_at").alias("expected"),
+            F.col("c.ordered_at").alias("actual"),
+        )
+    )
+
+
 def check_orphan_credit(credits: DataFrame, orders: DataFrame, ctx: CheckContext) -> DataFrame:
     """Credits awarded in the period whose order does not exist."""
     awarded = in_period(credits, ctx.period)
@@ -167,6 +188,7 @@ def run_checks(
         "log_without_order": lambda: check_log_without_order(logs, orders, ctx),
         "missing_credit": lambda: check_missing_credit(orders, credits, ctx),
         "credit_amount_mismatch": lambda: check_credit_amount_mismatch(credits, orders, ctx),
+        "credit_ordered_at_mismatch": lambda: check_credit_ordered_at_mismatch(credits, orders, ctx),
         "orphan_credit": lambda: check_orphan_credit(credits, orders, ctx),
         "duplicate_credit": lambda: check_duplicate_credit(credits, ctx),
         "stuck_outbox": lambda: check_stuck_outbox(logs, ctx),

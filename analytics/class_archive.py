@@ -98,7 +98,7 @@ def _warm_up(archive: str) -> None:
         ctx = checks.CheckContext(period=period, as_of=at, grace_seconds=600)
         orders = spark.createDataFrame([(1, 1, 2, at), (2, 1, 3, at)], ORDERS_SCHEMA)
         logs = spark.createDataFrame([("t1", 1, "published", 1, at, at)], LOGS_SCHEMA)
-        credits = spark.createDataFrame([(1, 1, 1, 4, at), (2, 1, 3, 5, at)], CREDITS_SCHEMA)
+        credits = spark.createDataFrame([(1, 1, 1, 4, at, None), (2, 1, 3, 5, at, at)], CREDITS_SCHEMA)
         orders, logs, credits = (
             jobs._by_order(orders, "id"),
             jobs._by_order(logs, "order_id"),

@@ -46,7 +46,7 @@ _ORDERS_SQL = "SELECT id, user_id, total, created_at FROM orders"
 _LOGS_SQL = (
     "SELECT id, foreign_key, status, attempts, created_at, published_at FROM transaction_log WHERE business = 'order'"
 )
-_CREDITS_SQL = "SELECT id, user_id, order_id, total, created_at FROM order_credits"
+_CREDITS_SQL = "SELECT id, user_id, order_id, total, created_at, ordered_at FROM order_credits"
 _PAYLOAD_ORDER_ID = (
     "CAST(COALESCE(JSON_VALUE(payload, '$.order_id'), JSON_VALUE(payload, '$.message.order_id')) AS SIGNED)"
 )

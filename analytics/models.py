@@ -13,6 +13,8 @@ class NightlyRun(models.Model):
         RUNNING = "running", "running"
         SUCCEEDED = "succeeded", "succeeded"
         FAILED = "failed", "failed"
+        # Stopped by SIGTERM (a worker's shutdown, a deploy): not the job's fault; a re-run picks the day up.
+        INTERRUPTED = "interrupted", "interrupted"
 
     date = models.DateField()
     days = models.PositiveSmallIntegerField(default=1)

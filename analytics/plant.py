@@ -20,6 +20,7 @@ PLANTABLE = (
     "log_without_order",
     "missing_credit",
     "credit_amount_mismatch",
+    "credit_ordered_at_mismatch",
     "orphan_credit",
     "stuck_outbox",
 )
@@ -80,6 +81,14 @@ def plant_inconsistencies(*, day: date, per_kind: int = 3, seed: int | None = No
         credits = OrderCredit.objects.filter(order_id__in=order_ids("credit_amount_mismatch"))
         expected["credit_amount_mismatch"] = sorted(credits.values_list("id", flat=True))
         credits.update(amount=models.F("amount") + 1)
+
+        # Dated by a version-2 message an hour before its order was placed: a producer sent some other time.
+        misdated = OrderCredit.objects.filter(order_id__in=order_ids("credit_ordered_at_mismatch"))
+        expected["credit_ordered_at_mismatch"] = sorted(misdated.values_list("id", flat=True))
+        for order_id, created_at in Order.objects.filter(id__in=order_ids("credit_ordered_at_mismatch")).values_list(
+            "id", "created_at"
+        ):
+            misdated.filter(order_id=order_id).update(ordered_at=created_at - timedelta(hours=1))
 
         orphans = OrderCredit.objects.filter(order_id__in=order_ids("orphan_credit"))
         expected["orphan_credit"] = sorted(orphans.values_list("id", flat=True))

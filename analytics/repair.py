@@ -14,6 +14,7 @@ from django.db import IntegrityError, transaction
 from core import tracing
 from core.contract import BUSINESS_ORDER
 from credits.models import OrderCredit
+from orders.messages import order_message_payload
 from orders.models import Order
 from outbox.models import TransactionLog
 from outbox.selectors import message_trace_contexts
@@ -106,7 +107,9 @@ def _reenqueue(result: RepairResult, to_reset: set[str], to_create: list[Order])
                     transaction_id=order.transaction_id,
                     business=BUSINESS_ORDER,
                     foreign_key=str(order.pk),
-                    payload={"order_id": order.pk, "user_id": order.user_id, "total": order.total},
+                    payload=order_message_payload(
+                        order_id=order.pk, user_id=order.user_id, total=order.total, created_at=order.created_at
+                    ),
                 )
         except IntegrityError:
             result.skipped[str(order.pk)] = "an outbox row for it appeared during the repair"

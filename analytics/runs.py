@@ -1,10 +1,14 @@
 """The nightly run's lifecycle, in one place: the per-day lock, the run's history row, its stages, its outcome.
 
 `nightly_run` is what the command (and so the Celery task) calls: it takes the lock, records the run, runs the
-job's stages (analytics/jobs.py) with their progress, and records success with the counts or failure with the
-stage and traceback. The job's work itself (Spark, loads) knows nothing of locks or history rows.
+job's stages (analytics/jobs.py) with their progress, and records success with the counts, failure with the
+stage and traceback, or an interruption (SIGTERM, under `interrupt_on_sigterm`). The job's work itself (Spark,
+loads) knows nothing of locks or history rows.
 """
 
+import os
+import signal
+import threading
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -28,6 +32,10 @@ class RunLocked(ApplicationError):
     status = 409
 
 
+class RunInterrupted(BaseException):
+    """SIGTERM arrived during a run. A BaseException, like KeyboardInterrupt, so no `except Exception` swallows it."""
+
+
 @dataclass
 class RunOutcome:
     run: NightlyRun
@@ -37,7 +45,8 @@ class RunOutcome:
 def nightly_run(*, period: Period, repair: bool, write: Callable[[str], None], verbose: bool = False) -> RunOutcome:
     """Run the nightly job for the period under its lock, recording the run; raise RunLocked if a day is taken.
 
-    Any failure is recorded on the run (stage and traceback) and raised again.
+    Any failure is recorded on the run (stage and traceback) and raised again; so is an interruption, as such.
+    Leaving this block releases the lock, whatever ended the run.
     """
     with run_lock(period=period):
         run = run_start(period=period, repair=repair, spark_master=settings.SPARK_MASTER)
@@ -46,7 +55,12 @@ def nightly_run(*, period: Period, repair: bool, write: Callable[[str], None], v
         try:
             days = jobs.run_nightly(run=run, period=period, repair_requested=repair, progress=progress, verbose=verbose)
         except BaseException as exc:
-            run_fail(run=run, error=exc)
+            # The signal may have stopped Spark first (a whole process group is signalled), so the error that
+            # surfaces can be Spark's; the flag says what happened.
+            if isinstance(exc, RunInterrupted) or interrupted():
+                run_interrupt(run=run)
+            else:
+                run_fail(run=run, error=exc)
             raise
         run_succeed(
             run=run,
@@ -79,6 +93,52 @@ class Progress:
         yield facts
         detail = ", ".join(f"{k}={v:,}" if isinstance(v, int) else f"{k}={v}" for k, v in facts.items())
         self.write(f"[{self.index}/{self.stages}] {name} done in {time.monotonic() - started:.1f}s {detail}".rstrip())
+
+
+_interrupted = threading.Event()
+
+
+def interrupted() -> bool:
+    """Tell whether SIGTERM arrived during the current `interrupt_on_sigterm` block."""
+    return _interrupted.is_set()
+
+
+@contextmanager
+def interrupt_on_sigterm(*, on_signal: Callable[[], object] = lambda: None) -> Iterator[None]:
+    """Turn the first SIGTERM into RunInterrupted in the main thread; ignore further ones while the run records it.
+
+    The exception comes out of whatever the main thread was waiting on (a query, a Spark call), the run is recorded
+    as interrupted and its lock released on the way out, and the command exits 75. Python runs a signal handler only
+    when the main thread next runs Python code, and a Spark call can block it for minutes (a JVM retrying its
+    master) when the signal landed on another thread; so a watcher thread, woken by the signal itself
+    (`signal.set_wakeup_fd`), calls `on_signal` at once: the command stops Spark's JVM there, which ends the call.
+    """
+
+    def interrupt(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        _interrupted.set()
+        raise RunInterrupted(f"signal {signal.Signals(signum).name}")
+
+    def watch(read_fd: int) -> None:
+        with os.fdopen(read_fd, "rb") as wakeups:
+            while received := wakeups.read(1):
+                if received[0] == signal.SIGTERM:
+                    _interrupted.set()
+                    on_signal()
+                    return
+
+    _interrupted.clear()
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    previous_handler = signal.signal(signal.SIGTERM, interrupt)
+    previous_fd = signal.set_wakeup_fd(write_fd)
+    threading.Thread(target=watch, args=(read_fd,), name="sigterm-watch", daemon=True).start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous_fd)
+        signal.signal(signal.SIGTERM, previous_handler)
+        os.close(write_fd)  # ends the watcher if no SIGTERM came
 
 
 def lock_name(day: date) -> str:
@@ -172,11 +232,24 @@ def run_succeed(
 
 def run_fail(*, run: NightlyRun, error: BaseException) -> None:
     """Mark a running run failed, keeping the stage it failed in and the traceback."""
+    _run_end(run=run, status=NightlyRun.Status.FAILED, error="".join(traceback.format_exception(error))[-20_000:])
+
+
+def run_interrupt(*, run: NightlyRun) -> None:
+    """Mark a running run interrupted, keeping the stage it was in."""
+    _run_end(
+        run=run,
+        status=NightlyRun.Status.INTERRUPTED,
+        error="interrupted by SIGTERM (a stop or restart); run it again for the same date",
+    )
+
+
+def _run_end(*, run: NightlyRun, status: NightlyRun.Status, error: str) -> None:
     finished = timezone.now()
     NightlyRun.objects.filter(pk=run.pk, status=NightlyRun.Status.RUNNING).update(
-        status=NightlyRun.Status.FAILED,
+        status=status,
         finished_at=finished,
         duration_seconds=(finished - run.started_at).total_seconds(),
-        error="".join(traceback.format_exception(error))[-20_000:],
+        error=error,
     )
-    run.status = NightlyRun.Status.FAILED
+    run.status = status

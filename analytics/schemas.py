@@ -31,6 +31,8 @@ CREDITS_SCHEMA = StructType(
         StructField("order_id", LongType()),
         StructField("total", LongType()),
         StructField("created_at", TimestampType()),
+        # When the order was placed, as its message said (version 2 on); NULL for a credit from a version-1 message.
+        StructField("ordered_at", TimestampType()),
     ]
 )
 DEAD_LETTERS_SCHEMA = StructType(

@@ -1,6 +1,10 @@
 """The SparkSession the nightly job runs in: master and JDBC driver from settings, UTC everywhere, small defaults."""
 
+import contextlib
 import logging
+import os
+import signal
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -136,3 +140,35 @@ def spark_session(*, tuning: dict[str, str] | None = None, verbose: bool = False
         yield spark
     finally:
         spark.stop()
+
+
+def spark_jvm_stop(*, grace_seconds: float = 5.0) -> int:
+    """Stop the processes this process started (Spark's JVM): SIGTERM, then SIGKILL after a grace period.
+
+    For a run cut short. A JVM whose session was never stopped (cut while it started, before pyspark even kept a
+    handle on it) otherwise lingers after the driver is gone, running its shutdown hooks against the master, and
+    holds the output pipes of whoever started the command. Return how many there were.
+    """
+    children = _child_pids()
+    for pid in children:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_seconds
+    while (left := children & _child_pids()) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    for pid in left:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return len(children)
+
+
+def _child_pids() -> set[int]:
+    """Return the pids of this process's live children (Linux /proc), without starting another one to ask."""
+    own, children = os.getpid(), set()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            # The command name, in parentheses, may hold spaces: the fields after its closing one are fixed.
+            state, parent = stat.read_text().rpartition(")")[2].split()[:2]
+            if int(parent) == own and state != "Z":
+                children.add(int(stat.parent.name))
+    return children

@@ -1,18 +1,21 @@
 """End-to-end latency: order commit to credit row at a steady order rate, through every real process.
 
 gunicorn, the relay (woken on commit, plus the relay_outbox loop and beat's sweeper) and the credits consumer run
-as separate processes; clients place orders at --rate per second for --seconds. Latency is the credit row's
-created_at minus the order's created_at, both written by the database host's clock.
+as separate processes; clients place orders at --rate per second for --seconds, or, with --burst N, in --bursts
+bursts of N orders sent at once (each burst credited before the next). Latency is the credit row's created_at minus
+the order's created_at, both written by the database host's clock.
 
 Baseline in the same run: the same load with no wake-ups consumed (no worker on the `outbox` queue, no relay loop)
 and a relay that drains what is due once a second, the "1-second polling relay" design.
 
-    .venv/bin/python bench/bench_e2e.py [--rate 100] [--seconds 20]
+    .venv/bin/python bench/bench_e2e.py [--rate 100] [--seconds 20] [--repeat 1]
+    .venv/bin/python bench/bench_e2e.py --burst 150 --bursts 10 [--repeat 1]
 """
 
 import argparse
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -33,7 +36,35 @@ while True:
 """
 
 
-def run(*, rate: float, seconds: float, polling: bool) -> dict:
+def place_bursts(stream, *, size: int, bursts: int, user_ids: list[int]) -> None:
+    """Send `bursts` bursts of `size` orders, each order from its own thread released at the same instant."""
+    import requests
+
+    from tests.reliability.harness import wait_for_credits
+
+    sessions = []  # one client (keep-alive connection) per slot, kept from burst to burst
+    for slot in range(size):
+        session = requests.Session()
+        session.headers["Authorization"] = f"Token {stream.tokens[slot % len(stream.tokens)]}"
+        sessions.append(session)
+    for number in range(bursts):
+        barrier = threading.Barrier(size)
+
+        def place(slot: int, barrier: threading.Barrier = barrier) -> None:
+            barrier.wait()
+            stream._place(sessions[slot], total=1 + slot % 50)
+
+        threads = [threading.Thread(target=place, args=(slot,)) for slot in range(size)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        wait_for_credits(stream.ledger, user_ids, timeout=60)
+        print(f"  burst {number + 1}/{bursts}: {size} orders answered and credited", flush=True)
+        time.sleep(1.0)  # the next burst starts in a fresh rate-limit window
+
+
+def run(*, rate: float, seconds: float, polling: bool, burst: int = 0, bursts: int = 0) -> dict:
     from django.contrib.auth import get_user_model
     from rest_framework.authtoken.models import Token
 
@@ -44,7 +75,8 @@ def run(*, rate: float, seconds: float, polling: bool) -> dict:
     from tests.reliability.harness import Cluster, Ledger, OrderStream, wait_for_credits
 
     run_id = time.strftime("%H%M%S") + ("p" if polling else "w")
-    users = [get_user_model().objects.create(username=f"e2e-{run_id}-{i}") for i in range(8)]
+    # Bursts spread over more users so that no user passes the rate limit (20/second by default).
+    users = [get_user_model().objects.create(username=f"e2e-{run_id}-{i}") for i in range(16 if burst else 8)]
     tokens = [Token.objects.create(user=u).key for u in users]
     purge_queues()
     if discarded := outbox_backlog_discard("bench_e2e: pending rows left by earlier benchmarks"):
@@ -63,9 +95,12 @@ def run(*, rate: float, seconds: float, polling: bool) -> dict:
         cluster.start(*names)
         time.sleep(3)  # workers connected
         stream = OrderStream(cluster.base_url, tokens, rate=rate, ledger=ledger)
-        stream.start()
-        time.sleep(seconds)
-        stream.stop()
+        if burst:
+            place_bursts(stream, size=burst, bursts=bursts, user_ids=[u.pk for u in users])
+        else:
+            stream.start()
+            time.sleep(seconds)
+            stream.stop()
         result, _ = wait_for_credits(ledger, [u.pk for u in users], timeout=60)
     finally:
         cluster.stop()
@@ -87,20 +122,35 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rate", type=float, default=100)
     parser.add_argument("--seconds", type=float, default=20)
+    parser.add_argument("--burst", type=int, default=0, help="orders sent at once in each burst (0: a steady rate)")
+    parser.add_argument("--bursts", type=int, default=10, help="how many bursts, with --burst")
+    parser.add_argument("--repeat", type=int, default=1, help="runs of each design, interleaved")
     args = parser.parse_args()
+    if args.burst < 0 or args.bursts < 1 or args.repeat < 1:
+        parser.error("--burst must be >= 0, --bursts and --repeat >= 1")
     setup_django()
-    print(f"database {BENCH_DATABASE_URL}; {args.rate:.0f} orders/s for {args.seconds:.0f} s", flush=True)
-    woken = run(rate=args.rate, seconds=args.seconds, polling=False)
-    polled = run(rate=args.rate, seconds=args.seconds, polling=True)
+    load = (
+        f"{args.bursts} bursts of {args.burst} orders"
+        if args.burst
+        else f"{args.rate:.0f} orders/s for {args.seconds:.0f} s"
+    )
+    print(f"database {BENCH_DATABASE_URL}; {load}", flush=True)
+    rows = []
+    for round_number in range(1, args.repeat + 1):
+        for name, polling in (("woken on commit (this service)", False), ("1-second polling relay (baseline)", True)):
+            result = run(rate=args.rate, seconds=args.seconds, polling=polling, burst=args.burst, bursts=args.bursts)
+            rows.append((round_number, name, result))
     print()
-    print("| design | orders | credited | commit to credit p50 | p99 | max | non-201 |")
-    print("|---|---|---|---|---|---|---|")
-    for name, r in (("woken on commit (this service)", woken), ("1-second polling relay (baseline)", polled)):
+    print("| run | design | orders | credited | commit to credit p50 | p99 | max | non-201 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for round_number, name, r in rows:
         print(
-            f"| {name} | {r['orders']} | {r['credited']} | {r['p50_ms']:.1f} ms | {r['p99_ms']:.1f} ms "
-            f"| {r['max_ms']:.0f} ms | {r['non_201']} |"
+            f"| {round_number} | {name} | {r['orders']} | {r['credited']} | {r['p50_ms']:.1f} ms "
+            f"| {r['p99_ms']:.1f} ms | {r['max_ms']:.0f} ms | {r['non_201']} |"
         )
-    print(f"\np50 speed-up over the polling baseline: {polled['p50_ms'] / woken['p50_ms']:.1f}x")
+    for round_number in range(1, args.repeat + 1):
+        woken, polled = (r for n, _, r in rows if n == round_number)
+        print(f"run {round_number}: p50 speed-up over the polling baseline {polled['p50_ms'] / woken['p50_ms']:.1f}x")
 
 
 if __name__ == "__main__":

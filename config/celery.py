@@ -3,8 +3,10 @@
 Every Celery setting lives here, each with the reason for it, so the delivery semantics can be read in one place.
 """
 
+import contextlib
 import math
 import os
+import signal
 import threading
 import time
 
@@ -230,6 +232,24 @@ def database_connections_close_after_failure(task=None, state=None, **kwargs) ->
     """Close the connections after a task that did not succeed: a failed query can leave one unusable unnoticed."""
     if state != states.SUCCESS and not getattr(task.request, "is_eager", False):
         connections.close_all()
+
+
+@signals.worker_shutting_down.connect
+def long_tasks_interrupt(**kwargs) -> None:
+    """On a worker's shutdown, SIGTERM the pool processes running a task marked `interrupt_on_worker_shutdown`.
+
+    A warm shutdown waits for the tasks in hand, which suits tasks of milliseconds (they finish; what was prefetched
+    goes back to the queue with the connection) but not the nightly run, which takes hours: that task passes the
+    signal to its command, which records the run as interrupted and exits, and the task requeues its message
+    (analytics/tasks.py). Runs in the main process, from Celery's signal handler.
+    """
+    from celery.worker import state
+
+    for request in list(state.active_requests):
+        pid = request.worker_pid
+        if getattr(request.task, "interrupt_on_worker_shutdown", False) and pid and pid != os.getpid():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
 
 
 # --- tracing and log context (core/tracing.py, core/logs.py) -------------------------------------------------

@@ -77,6 +77,20 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+def env_int_set(name: str, default: tuple[int, ...], *, allowed: tuple[int, ...]) -> frozenset[int]:
+    """Return a comma-separated variable as a non-empty set of integers, each one of `allowed`."""
+    items = env_list(name, [str(value) for value in default])
+    try:
+        values = frozenset(int(item) for item in items)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name}={','.join(items)!r} is not a comma-separated list of integers") from None
+    if not values or not values <= set(allowed):
+        raise ImproperlyConfigured(
+            f"{name}={','.join(items)!r} must list one or more of {', '.join(map(str, allowed))}"
+        )
+    return values
+
+
 def env_database(name: str, default: str) -> dict:
     """Return a Django DATABASES entry parsed from a database URL."""
     url = env_str(name, default)

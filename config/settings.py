@@ -5,13 +5,16 @@ from pathlib import Path
 from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_choice, env_database, env_float, env_int, env_list, env_rate, env_str
+from config.env import env_bool, env_choice, env_database, env_float, env_int, env_int_set, env_list, env_rate, env_str
 from core.contract import (
     PURGE_IDEMPOTENCY_KEYS_TASK,
     PURGE_PUBLISHED_TASK,
     QUEUE_TYPE_CLASSIC,
     QUEUE_TYPE_QUORUM,
     RUN_NIGHTLY_TASK,
+    SCHEMA_VERSION_1,
+    SCHEMA_VERSION_2,
+    SCHEMA_VERSIONS,
     SWEEP_TASK,
 )
 
@@ -237,6 +240,19 @@ CREDITS_OUTAGE_WAIT_SECONDS = env_float("CREDITS_OUTAGE_WAIT_SECONDS", 30.0, min
 # /metrics answers only a scraper that sends "Authorization: Bearer <METRICS_TOKEN>"; unset leaves it open (a developer
 # machine, or a port only Prometheus can reach).
 METRICS_TOKEN = env_str("METRICS_TOKEN", "")
+
+# Message versions (core/contract.py; the rollout order is in docs/OPERATIONS.md, "Deploying a new version").
+# The version the order service writes: raise it only once every credits consumer accepts it.
+ORDER_MESSAGE_VERSION = env_int(
+    "ORDER_MESSAGE_VERSION", SCHEMA_VERSION_1, minimum=min(SCHEMA_VERSIONS), maximum=max(SCHEMA_VERSIONS)
+)
+# The versions a credits consumer accepts. A newer one goes back to the queue for a consumer that knows it, spending
+# none of its retries, for at most CREDITS_UNKNOWN_VERSION_WAIT_SECONDS; then it is dead-lettered
+# (version_not_supported). An older one is dead-lettered at once (unsupported_schema).
+CREDITS_ACCEPTED_MESSAGE_VERSIONS = env_int_set(
+    "CREDITS_ACCEPTED_MESSAGE_VERSIONS", (SCHEMA_VERSION_1, SCHEMA_VERSION_2), allowed=SCHEMA_VERSIONS
+)
+CREDITS_UNKNOWN_VERSION_WAIT_SECONDS = env_float("CREDITS_UNKNOWN_VERSION_WAIT_SECONDS", 3600.0, minimum=0.0)
 
 # Analytics.
 SPARK_MASTER = env_str("SPARK_MASTER", "local[*]")

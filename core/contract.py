@@ -9,8 +9,18 @@ import re
 
 # transaction_log.business of an order's message (CONTRACT: tables).
 BUSINESS_ORDER = "order"
-# The payload's schema_version: a consumer refuses versions it does not know (a dead letter, no retries).
-SCHEMA_VERSION = 1
+# The payload's schema_version. The rule (docs/ARCHITECTURE.md, "Message versions"): a version only adds fields, and
+# never changes what an existing field means; a new meaning is a new version.
+# Version 1: schema_version, transaction_id, order_id, user_id, total.
+SCHEMA_VERSION_1 = 1
+# Version 2: version 1's fields and ordered_at, the order's created_at (ISO 8601, UTC): a credit dated by its order.
+SCHEMA_VERSION_2 = 2
+ORDERED_AT_FIELD = "ordered_at"
+# Every version this code can write and read. The order service writes ORDER_MESSAGE_VERSION; a credits consumer
+# reads CREDITS_ACCEPTED_MESSAGE_VERSIONS, and hands a newer version back to the queue for a consumer that knows it.
+SCHEMA_VERSIONS = (SCHEMA_VERSION_1, SCHEMA_VERSION_2)
+# What a message carries when nothing says otherwise (tools and benchmarks that write messages of their own).
+SCHEMA_VERSION = SCHEMA_VERSION_1
 # A transaction id: 48 bits of Unix milliseconds and 80 random bits, as 32 lowercase hex digits (outbox.ids).
 TRANSACTION_ID_LENGTH = 32
 TRANSACTION_ID = re.compile(rf"[0-9a-f]{{{TRANSACTION_ID_LENGTH}}}")

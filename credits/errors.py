@@ -11,6 +11,12 @@ class UnsupportedSchemaVersion(ApplicationError):
     status = 422
 
 
+class NewerSchemaVersion(ApplicationError):
+    """A version newer than this consumer accepts: a newer consumer may take it (handed back, not dead-lettered)."""
+
+    status = 422
+
+
 class Redelivered(ApplicationError):
     """Delivered more often than the retry limit allows and never acknowledged: its workers died holding it."""
 

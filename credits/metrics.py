@@ -32,6 +32,10 @@ OUTAGE_REQUEUES = Counter(
     "creditshop_credits_outage_requeues",
     "Credits messages put back on the queue, retries untouched, because the credits database could not be reached.",
 )
+VERSION_HANDBACKS = Counter(
+    "creditshop_credits_version_handbacks",
+    "Credits messages of a newer version than this consumer accepts, handed back to the queue for a newer consumer.",
+)
 # Order commit to credit, as the consumer sees it: from the outbox row's creation time (the relay's message header) to
 # the award's commit. Spans the relay's wake-up or poll, the broker, any retries and the award itself.
 ORDER_TO_CREDIT = Histogram(

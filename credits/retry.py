@@ -5,6 +5,11 @@ It follows the design the service comes from (reconsume up to 3 times, then the 
   cannot change the outcome; an operator can still replay the dead letter after fixing the cause.
 - Retried: every other failure (a deadlock, a lock wait timeout, a refused insert, an error nobody foresaw), since it
   is not known to be permanent. After the last retry the message is dead-lettered.
+- A newer schema version than this consumer accepts is not the message's fault either, nor this consumer's: during a
+  rolling upgrade a newer consumer may be running beside it. The message goes back to the queue, spending none of its
+  retries, for any consumer to take, after the same backoff as a retry (its n-th hand-back waits like retry n); only
+  when CREDITS_UNKNOWN_VERSION_WAIT_SECONDS have passed since a consumer first handed it back is it dead-lettered
+  (version_not_supported). A version older than every accepted one is permanent, as above.
 - An outage is not the message's fault: while the credits database cannot be reached, the consumer waits for it
   (credits.tasks) and then puts the message back on the queue, spending none of its retries; consumption slows to
   one connection attempt a second until the database answers, and no message turns into a dead letter meanwhile.
@@ -25,7 +30,7 @@ from django.db import Error as DatabaseError
 from django.db import InterfaceError
 
 from core.backoff import backoff_delay
-from credits.errors import MalformedMessage, Redelivered, UnsupportedSchemaVersion
+from credits.errors import MalformedMessage, NewerSchemaVersion, Redelivered, UnsupportedSchemaVersion
 from credits.models import DeadLetter
 
 Reason = DeadLetter.Reason
@@ -54,6 +59,8 @@ OUTAGE_POLL_MAX_SECONDS = 1.0
 _PERMANENT = {
     MalformedMessage: Reason.MALFORMED,
     UnsupportedSchemaVersion: Reason.UNSUPPORTED_SCHEMA,
+    # Permanent for this consumer; handed back for a newer one until the wait runs out (credits/tasks.py).
+    NewerSchemaVersion: Reason.VERSION_NOT_SUPPORTED,
     # Trying it again could kill another worker; an operator replays it after a look.
     Redelivered: Reason.UNEXPECTED,
 }
@@ -69,6 +76,11 @@ class Failure:
     def outage(self) -> bool:
         """Whether the database could not be reached: wait for it, without spending the message's retries."""
         return self.reason == Reason.DATABASE_UNAVAILABLE
+
+    @property
+    def newer_version(self) -> bool:
+        """Whether the message is newer than this consumer accepts: hand it back while the wait lasts."""
+        return self.reason == Reason.VERSION_NOT_SUPPORTED
 
 
 def _database_error_code(exc: BaseException) -> int | None:
@@ -103,6 +115,11 @@ def max_retries() -> int:
 def outage_wait_seconds() -> float:
     """Return how long one delivery waits for an unreachable credits database (CREDITS_OUTAGE_WAIT_SECONDS)."""
     return settings.CREDITS_OUTAGE_WAIT_SECONDS
+
+
+def newer_version_wait_seconds() -> float:
+    """Return how long a newer message may wait for a consumer that knows it (CREDITS_UNKNOWN_VERSION_WAIT_SECONDS)."""
+    return settings.CREDITS_UNKNOWN_VERSION_WAIT_SECONDS
 
 
 def retry_allowed(failure: Failure, *, retries: int) -> bool:

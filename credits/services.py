@@ -101,7 +101,9 @@ BALANCE_ADD = sql.Update(CreditBalance, increment=("balance",), assign=("updated
 # the UPDATE found the user's balance row (ROW_COUNT() is the previous statement's row count, here with Django's
 # CLIENT.FOUND_ROWS the rows matched).
 CREDIT_INSERT = sql.Insert(
-    OrderCredit, ("order_id", "user_id", "amount", "transaction_id", "created_at"), only_if="ROW_COUNT() = 1"
+    OrderCredit,
+    ("order_id", "user_id", "amount", "transaction_id", "created_at", "ordered_at"),
+    only_if="ROW_COUNT() = 1",
 )
 
 
@@ -138,7 +140,9 @@ def credit_balance_ensure(*, user_id: int) -> None:
         cursor.execute(BALANCE_CREATE.sql, [user_id, 0, connection.ops.adapt_datetimefield_value(timezone.now())])
 
 
-def _credit_insert(*, transaction_id: str, order_id: int, user_id: int, amount: int) -> bool:
+def _credit_insert(
+    *, transaction_id: str, order_id: int, user_id: int, amount: int, ordered_at: datetime | None
+) -> bool:
     """Add the credit to the balance and insert its row in one transaction; write nothing without a balance row.
 
     Return whether the credit was written (False: the user has no balance row yet).
@@ -146,7 +150,8 @@ def _credit_insert(*, transaction_id: str, order_id: int, user_id: int, amount: 
     alias = credits_database()
     connection = connections[alias]
     now = connection.ops.adapt_datetimefield_value(timezone.now())
-    params = [amount, now, user_id, order_id, user_id, amount, transaction_id, now]
+    ordered_at = connection.ops.adapt_datetimefield_value(ordered_at)
+    params = [amount, now, user_id, order_id, user_id, amount, transaction_id, now, ordered_at]
     with connection.cursor() as cursor:
         if not connection.get_autocommit():
             # Inside a caller's transaction (a replay): a savepoint, so a duplicate undoes only this balance change.
@@ -175,14 +180,23 @@ def _transaction_abandon(connection) -> None:
             connection.close()
 
 
-def credit_award(*, transaction_id: str, order_id: int, user_id: int, total: int) -> CreditAward:
+def credit_award(
+    *, transaction_id: str, order_id: int, user_id: int, total: int, ordered_at: datetime | None = None
+) -> CreditAward:
     """Award 2 x total credits for the order once; any later award for the same order changes nothing.
 
-    Trusts its (parsed, well-formed) message: the order service's database is never read. Inside a caller's
-    transaction, call credit_balance_ensure for the user beforehand.
+    Trusts its (parsed, well-formed) message: the order service's database is never read. `ordered_at` is when the
+    order was placed, from a version-2 message on. Inside a caller's transaction, call credit_balance_ensure for the
+    user beforehand.
     """
     amount = CREDITS_PER_UNIT * total
-    fields = {"transaction_id": transaction_id, "order_id": order_id, "user_id": user_id, "amount": amount}
+    fields = {
+        "transaction_id": transaction_id,
+        "order_id": order_id,
+        "user_id": user_id,
+        "amount": amount,
+        "ordered_at": ordered_at,
+    }
     try:
         inserted = _credit_insert(**fields)
         if not inserted:
@@ -296,6 +310,7 @@ def dead_letter_replay(*, dead_letter_id: int, by: str) -> Replay:
                 order_id=message.order_id,
                 user_id=message.user_id,
                 total=message.total,
+                ordered_at=message.ordered_at,
             )
             locked.update(status=DeadLetter.Status.REPLAYED, replayed_at=timezone.now(), replayed_by=by)
     except Exception as exc:  # every failure is reported on the row and to the operator, none is raised

@@ -32,6 +32,10 @@ logger = logging.getLogger(__name__)
 OUTAGE_REPUBLISH_SECONDS = 1
 # Carried from one retry to the next, so the dead letter can say when the message first failed.
 FIRST_FAILED_HEADER = "credits_first_failed_at"
+# Carried from one hand-back of a too-new message to the next: when a consumer first handed it back (which bounds its
+# wait, CREDITS_UNKNOWN_VERSION_WAIT_SECONDS) and how many times, which sets the next backoff.
+NEWER_VERSION_FIRST_SEEN_HEADER = "credits_newer_version_first_seen_at"
+NEWER_VERSION_HANDBACKS_HEADER = "credits_newer_version_handbacks"
 # Set by quorum queues: how many times this message was delivered before and came back unacknowledged.
 DELIVERY_COUNT_HEADER = "x-delivery-count"
 
@@ -57,13 +61,38 @@ def _through_outage(call: Callable[[], T]) -> T:
                 raise
 
 
-def _first_failed_at(request) -> datetime | None:
-    value = (request.headers or {}).get(FIRST_FAILED_HEADER) or getattr(request, FIRST_FAILED_HEADER, None)
+def _header(request, name: str) -> Any:
+    # Celery exposes protocol-2 headers as request attributes; a republished message may carry them under `headers`.
+    return (request.headers or {}).get(name) or getattr(request, name, None)
+
+
+def _header_datetime(request, name: str) -> datetime | None:
+    value = _header(request, name)
     try:
-        first = datetime.fromisoformat(value) if isinstance(value, str) else None
+        moment = datetime.fromisoformat(value) if isinstance(value, str) else None
     except ValueError:
         return None
-    return first if first is not None and first.tzinfo is not None else None
+    return moment if moment is not None and moment.tzinfo is not None else None
+
+
+def _first_failed_at(request) -> datetime | None:
+    return _header_datetime(request, FIRST_FAILED_HEADER)
+
+
+def _carried_headers(request) -> dict:
+    """Return the headers a message sent again must keep: the relay's, and when it first failed, if it did."""
+    headers = headers_to_carry(request)
+    if (first_failed_at := _first_failed_at(request)) is not None:
+        headers[FIRST_FAILED_HEADER] = first_failed_at.isoformat()
+    return headers
+
+
+def _countdown(delay: float) -> float:
+    """Return a delay the broker can keep: on quorum queues, native delayed delivery counts whole seconds only."""
+    if settings.CELERY_QUEUE_TYPE == QUEUE_TYPE_QUORUM:
+        # It rounds a countdown down and refuses one under 1 s.
+        return max(1, math.ceil(delay))
+    return delay
 
 
 def _fail(task: Task, exc: Exception, payload: Any) -> NoReturn:
@@ -75,11 +104,16 @@ def _fail(task: Task, exc: Exception, payload: Any) -> NoReturn:
     now = timezone.now()
     first_failed_at = _first_failed_at(request) or now
     error = failure.error
+    if failure.newer_version:
+        first_seen = _header_datetime(request, NEWER_VERSION_FIRST_SEEN_HEADER) or now
+        waited = (now - first_seen).total_seconds()
+        if waited < retry.newer_version_wait_seconds():
+            _hand_back_newer_version(task, failure, exc, first_seen=first_seen)
+        first_failed_at = first_seen
+        handbacks = _handbacks(request)
+        error = f"{error}; no consumer that accepts it took it in {waited:.0f}s ({handbacks} hand-back(s))"
     if retry.retry_allowed(failure, retries=request.retries):
-        delay = retry.retry_delay(request.retries)
-        if settings.CELERY_QUEUE_TYPE == QUEUE_TYPE_QUORUM:
-            # Native delayed delivery counts whole seconds: it rounds a countdown down and refuses one under 1 s.
-            delay = max(1, math.ceil(delay))
+        delay = _countdown(retry.retry_delay(request.retries))
         try:
             with tracing.span("credits.retry", attributes={"credits.reason": failure.reason, "credits.delay_s": delay}):
                 retry_signal = task.retry(
@@ -161,18 +195,59 @@ def _requeue_during_outage(task: Task, failure: retry.Failure, exc: Exception) -
     )
     if settings.CELERY_QUEUE_TYPE != QUEUE_TYPE_QUORUM or request.is_eager:
         raise Reject(failure.error, requeue=True) from exc
-    headers = headers_to_carry(request)
-    if (first_failed_at := _first_failed_at(request)) is not None:
-        headers[FIRST_FAILED_HEADER] = first_failed_at.isoformat()
-    again = task.signature_from_request(
-        request, countdown=OUTAGE_REPUBLISH_SECONDS, retries=request.retries, headers=headers
+    raise _republish(
+        task, exc, countdown=OUTAGE_REPUBLISH_SECONDS, headers=_carried_headers(request), error=failure.error
     )
+
+
+def _handbacks(request) -> int:
+    value = _header(request, NEWER_VERSION_HANDBACKS_HEADER)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _hand_back_newer_version(task: Task, failure: retry.Failure, exc: Exception, *, first_seen: datetime) -> NoReturn:
+    """Send a message newer than this consumer accepts back through the queue, after a backoff, its retries unchanged.
+
+    Any consumer may take it then: during a rolling upgrade, one that accepts its version. On either queue type it is
+    published again with a countdown (a classic queue's worker holds it until then; a quorum queue's broker does, by
+    native delayed delivery), and the delivery in hand is acknowledged. Its headers say when it was first handed back
+    and how often, so the wait is bounded and the backoff grows from one consumer to the next.
+    """
+    request = task.request
+    handbacks = _handbacks(request)
+    delay = _countdown(retry.retry_delay(handbacks))
+    metrics.VERSION_HANDBACKS.inc()
+    logger.warning(
+        "credits message %s handed back for a newer consumer (hand-back %d, again in %.2fs): %s",
+        request.id,
+        handbacks + 1,
+        delay,
+        failure.error,
+    )
+    if request.is_eager:
+        raise Reject(failure.error, requeue=True) from exc
+    headers = _carried_headers(request) | {
+        NEWER_VERSION_FIRST_SEEN_HEADER: first_seen.isoformat(),
+        NEWER_VERSION_HANDBACKS_HEADER: handbacks + 1,
+    }
+    with tracing.span("credits.hand_back", attributes={"credits.handbacks": handbacks + 1, "credits.delay_s": delay}):
+        handed_back = _republish(task, exc, countdown=delay, headers=headers, error=failure.error)
+    raise handed_back
+
+
+def _republish(task: Task, exc: Exception, *, countdown: float, headers: dict, error: str) -> Retry:
+    """Publish the message in hand again with these headers, its retries unchanged; return the Retry to raise.
+
+    Raised, the Retry acknowledges the delivery in hand. If the publish fails, Reject puts the delivery back instead.
+    """
+    request = task.request
+    again = task.signature_from_request(request, countdown=countdown, retries=request.retries, headers=headers)
     try:
         again.apply_async()
     except Exception as publish_exc:  # the broker copy stays unacknowledged, so the queue keeps it
-        raise Reject(f"{failure.error}; republishing failed: {publish_exc}", requeue=True) from exc
-    # Acknowledges the delivery in hand, as a retry does; `again` carries the message on.
-    raise Retry(exc=exc, when=OUTAGE_REPUBLISH_SECONDS, sig=again)
+        raise Reject(f"{error}; republishing failed: {publish_exc}", requeue=True) from exc
+    # Raised, it acknowledges the delivery in hand, as a retry does; `again` carries the message on.
+    return Retry(exc=exc, when=countdown, sig=again)
 
 
 @shared_task(
@@ -208,6 +283,7 @@ def award_credits(self: Task, *args: Any, **kwargs: Any) -> str:
                     order_id=message.order_id,
                     user_id=message.user_id,
                     total=message.total,
+                    ordered_at=message.ordered_at,
                 )
             )
     except Exception as exc:  # every failure goes through the one retry policy

@@ -14,6 +14,7 @@ from core.contract import BUSINESS_ORDER
 from core.errors import ApplicationError
 from core.logs import transaction_bind
 from core.retention import purge_in_batches
+from orders.messages import order_message_payload
 from orders.models import IdempotencyKey, Order
 from outbox.ids import new_transaction_id
 from outbox.services import message_insert, wake_relay
@@ -47,6 +48,7 @@ class OrderRows:
     goods_name: str
     total: int
     transaction_id: str
+    created_at: datetime
     db_now: object
     idempotency_key: str | None
     fingerprint: str
@@ -61,7 +63,9 @@ def _order_rows_insert(rows: OrderRows) -> int:
         transaction_id=rows.transaction_id,
         business=BUSINESS_ORDER,
         foreign_key=str(order_id),
-        payload={"order_id": order_id, "user_id": rows.user_id, "total": rows.total},
+        payload=order_message_payload(
+            order_id=order_id, user_id=rows.user_id, total=rows.total, created_at=rows.created_at
+        ),
     )
     if rows.idempotency_key is not None:
         with connection.cursor() as cursor:
@@ -112,7 +116,7 @@ def order_create(
     transaction_bind(transaction_id)
     now = timezone.now()
     db_now = connection.ops.adapt_datetimefield_value(now)
-    rows = OrderRows(user.pk, goods_name, total, transaction_id, db_now, idempotency_key, fingerprint)
+    rows = OrderRows(user.pk, goods_name, total, transaction_id, now, db_now, idempotency_key, fingerprint)
     try:
         if connection.in_atomic_block:
             # Only a test case's transaction may hold us (durable=True refuses any other); the ORM nests in it.

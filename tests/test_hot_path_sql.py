@@ -67,8 +67,8 @@ def test_the_statements_name_the_models_tables_and_columns_quoted():
         "UPDATE `credit_balances` SET `balance` = `balance` + %s, `updated_at` = %s WHERE `user_id` = %s"
     )
     assert CREDIT_INSERT.sql == (
-        "INSERT INTO `order_credits` (`order_id`, `user_id`, `total`, `transaction_id`, `created_at`)"
-        " SELECT %s, %s, %s, %s, %s FROM DUAL WHERE ROW_COUNT() = 1"
+        "INSERT INTO `order_credits` (`order_id`, `user_id`, `total`, `transaction_id`, `created_at`, `ordered_at`)"
+        " SELECT %s, %s, %s, %s, %s, %s FROM DUAL WHERE ROW_COUNT() = 1"
     )
 
 

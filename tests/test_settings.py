@@ -28,6 +28,14 @@ ROOT = Path(__file__).resolve().parent.parent
         ("CELERY_QUEUE_TYPE", "mirrored"),
         ("CREDITS_OUTAGE_WAIT_SECONDS", "600"),
         ("CREDITS_OUTAGE_WAIT_SECONDS", "soon"),
+        ("ORDER_MESSAGE_VERSION", "two"),
+        ("ORDER_MESSAGE_VERSION", "3"),
+        ("ORDER_MESSAGE_VERSION", "0"),
+        ("CREDITS_ACCEPTED_MESSAGE_VERSIONS", "1,two"),
+        ("CREDITS_ACCEPTED_MESSAGE_VERSIONS", "1,3"),
+        ("CREDITS_ACCEPTED_MESSAGE_VERSIONS", ","),
+        ("CREDITS_UNKNOWN_VERSION_WAIT_SECONDS", "-1"),
+        ("CREDITS_UNKNOWN_VERSION_WAIT_SECONDS", "an hour"),
     ],
 )
 def test_bad_value_fails_start_up_naming_the_variable(name, value):
@@ -60,6 +68,19 @@ def test_env_rate(monkeypatch):
     monkeypatch.setenv("X_RATE", "0/second")
     with pytest.raises(ImproperlyConfigured, match="X_RATE"):
         env.env_rate("X_RATE", "20/second")
+
+
+def test_env_int_set(monkeypatch):
+    monkeypatch.delenv("X_VERSIONS", raising=False)
+    assert env.env_int_set("X_VERSIONS", (1, 2), allowed=(1, 2)) == {1, 2}
+    monkeypatch.setenv("X_VERSIONS", " 2 , 1,2 ")
+    assert env.env_int_set("X_VERSIONS", (1,), allowed=(1, 2)) == {1, 2}
+    monkeypatch.setenv("X_VERSIONS", "1")
+    assert env.env_int_set("X_VERSIONS", (1, 2), allowed=(1, 2)) == {1}
+    for bad in ("1,3", "one", ",", "1.5"):
+        monkeypatch.setenv("X_VERSIONS", bad)
+        with pytest.raises(ImproperlyConfigured, match="X_VERSIONS"):
+            env.env_int_set("X_VERSIONS", (1, 2), allowed=(1, 2))
 
 
 def test_database_url_is_parsed(monkeypatch):

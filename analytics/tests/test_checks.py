@@ -9,6 +9,7 @@ from analytics.checks import (
     CHECK_NAMES,
     CheckContext,
     check_credit_amount_mismatch,
+    check_credit_ordered_at_mismatch,
     check_dead_letters_open,
     check_duplicate_credit,
     check_log_without_order,
@@ -36,6 +37,7 @@ def test_contract_names_in_order():
         "log_without_order",
         "missing_credit",
         "credit_amount_mismatch",
+        "credit_ordered_at_mismatch",
         "orphan_credit",
         "duplicate_credit",
         "stuck_outbox",
@@ -94,6 +96,21 @@ def test_credit_amount_mismatch(spark, frames):
     actual = check_credit_amount_mismatch(credits, orders, CTX)
     expected = spark.createDataFrame(
         [(D20, 101, 2, 10, 9)], "date date, id long, order_id long, expected long, actual long"
+    )
+    assertDataFrameEqual(actual, expected)
+
+
+def test_credit_ordered_at_mismatch_judges_only_credits_that_carry_a_date(spark, frames):
+    orders = frames.orders((1, 10, 3, at(20, 8)), (2, 10, 5, at(20, 9)), (3, 10, 1, at(20, 10)))
+    credits = frames.credits(
+        (100, 10, 1, 6, at(20, 8, 1), at(20, 8)),  # version 2, dated right
+        (101, 10, 2, 10, at(20, 9, 1), at(20, 7)),  # version 2, dated wrong
+        (102, 10, 3, 2, at(20, 10, 1)),  # version 1: no date to judge
+    )
+    actual = check_credit_ordered_at_mismatch(credits, orders, CTX)
+    expected = spark.createDataFrame(
+        [(D20, 101, 2, at(20, 9), at(20, 7))],
+        "date date, id long, order_id long, expected timestamp, actual timestamp",
     )
     assertDataFrameEqual(actual, expected)
 

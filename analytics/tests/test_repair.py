@@ -101,3 +101,13 @@ def test_repair_only_reads_the_credits_database_and_writes_the_outbox(orders):
     assert [q["sql"].split()[0] for q in on_credits.captured_queries] == ["SELECT"]
     assert any(q["sql"].startswith("UPDATE `transaction_log`") for q in on_orders.captured_queries)
     assert OrderCredit.objects.count() == 1
+
+
+def test_a_message_repair_creates_is_in_the_version_the_order_service_writes(orders, settings):
+    settings.ORDER_MESSAGE_VERSION = 2
+    order = orders[0]
+    log_of(order).delete()
+    assert repair(missing_credit_order_ids=[order.pk], stuck_log_ids=[]).created == [order.transaction_id]
+    payload = log_of(order).payload
+    assert payload["schema_version"] == 2
+    assert payload["ordered_at"] == order.created_at.isoformat()

@@ -1,6 +1,6 @@
 """seed_demo_data: a consistent history in both services' databases, fast, and planting exactly what it says."""
 
-from datetime import date
+from datetime import date, timedelta
 
 import pytest
 from django.core.management import call_command
@@ -106,6 +106,9 @@ def test_plant_returns_what_it_broke():
     mismatched = OrderCredit.objects.filter(id__in=planted["credit_amount_mismatch"])
     totals = dict(Order.objects.filter(id__in=[c.order_id for c in mismatched]).values_list("id", "total"))
     assert sorted(c.amount - 2 * totals[c.order_id] for c in mismatched) == [1, 1]
+    misdated = OrderCredit.objects.filter(id__in=planted["credit_ordered_at_mismatch"])
+    placed = dict(Order.objects.filter(id__in=[c.order_id for c in misdated]).values_list("id", "created_at"))
+    assert [placed[c.order_id] - c.ordered_at for c in misdated] == [timedelta(hours=1)] * 2
     assert set(TransactionLog.objects.filter(id__in=planted["stuck_outbox"]).values_list("status", flat=True)) == {
         "pending",
         "dead",

@@ -30,6 +30,6 @@ def test_command_line(settings):
 def test_a_failed_run_fails_the_task(monkeypatch):
     # Fault injection: the subprocess exits non-zero as a failed Spark job would.
     failed = subprocess.CompletedProcess(args=[], returncode=1, stdout="", stderr="CommandError: nightly run failed")
-    monkeypatch.setattr(tasks.subprocess, "run", lambda *a, **k: failed)
+    monkeypatch.setattr(tasks, "run_forwarding_sigterm", lambda *a, **k: (failed, False))
     with pytest.raises(tasks.NightlyRunFailed, match="exited 1"):
         tasks.run_nightly.apply(kwargs={"date": "2026-11-20"}, throw=True)

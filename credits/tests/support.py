@@ -62,15 +62,20 @@ def broker_reset() -> None:
             queue.purge()
 
 
-def dead_queue_take() -> list[dict]:
-    """Remove and return every message in credits.dead as {"headers", "args", "kwargs"}."""
+def queue_take(name: str) -> list[dict]:
+    """Remove and return every ready message in a queue as {"headers", "args", "kwargs"}."""
     taken = []
     with Connection(settings.CELERY_BROKER_URL) as conn:
         channel = conn.default_channel
-        while (message := channel.basic_get(CREDITS_DEAD_QUEUE, no_ack=True)) is not None:
+        while (message := channel.basic_get(name, no_ack=True)) is not None:
             args, kwargs, _embed = json.loads(message.body)
             taken.append({"headers": message.headers, "args": args, "kwargs": kwargs})
     return taken
+
+
+def dead_queue_take() -> list[dict]:
+    """Remove and return every message in credits.dead as {"headers", "args", "kwargs"}."""
+    return queue_take(CREDITS_DEAD_QUEUE)
 
 
 def queue_depth(name: str) -> int:

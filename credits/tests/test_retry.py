@@ -2,7 +2,7 @@ import pytest
 from django.db import InterfaceError, OperationalError, connection, connections
 
 from credits import retry
-from credits.errors import MalformedMessage, UnsupportedSchemaVersion
+from credits.errors import MalformedMessage, NewerSchemaVersion, UnsupportedSchemaVersion
 from credits.models import DeadLetter
 
 Reason = DeadLetter.Reason
@@ -57,7 +57,9 @@ def test_the_database_being_down_is_transient():
     ("exc", "reason", "transient"),
     [
         (MalformedMessage("bad"), Reason.MALFORMED, False),
-        (UnsupportedSchemaVersion("v9"), Reason.UNSUPPORTED_SCHEMA, False),
+        (UnsupportedSchemaVersion("v0"), Reason.UNSUPPORTED_SCHEMA, False),
+        # Never retried; handed back to the queue instead while the wait lasts (credits/tasks.py).
+        (NewerSchemaVersion("v3"), Reason.VERSION_NOT_SUPPORTED, False),
         # Not known to be permanent, so retried: the design reconsumes every failing message before dead-lettering.
         (ValueError("bug"), Reason.UNEXPECTED, True),
     ],
@@ -66,6 +68,7 @@ def test_only_a_malformed_message_or_an_unknown_schema_is_permanent(exc, reason,
     failure = retry.failure_classify(exc)
     assert (failure.reason, failure.transient) == (reason, transient)
     assert type(exc).__name__ in failure.error
+    assert failure.newer_version == isinstance(exc, NewerSchemaVersion)
 
 
 def test_transient_failures_retry_up_to_the_limit(settings):

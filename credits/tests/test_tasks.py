@@ -122,7 +122,7 @@ def test_a_call_without_the_message_keyword_is_dead_lettered(user):
 
 def test_open_dead_letters_are_a_gauge_in_metrics(user):
     _, payload = place_order(user=user)
-    run({**payload, "schema_version": 9})
+    run({**payload, "schema_version": 0})
     assert build_registry().get_sample_value("creditshop_credits_dead_letters_open") == 1
 
 

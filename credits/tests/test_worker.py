@@ -210,13 +210,13 @@ def test_malformed_messages_are_dead_lettered_at_once(start_worker, user):
     _, payload = place_order(user=user)
     worker = start_worker("strict", **FAST_RETRIES)
     app.send_task(AWARD_TASK, kwargs={"message": {**payload, "total": "ten"}}, task_id="m-total", queue=CREDITS_QUEUE)
-    app.send_task(AWARD_TASK, kwargs={"message": {**payload, "schema_version": 2}}, task_id="m-v2", queue=CREDITS_QUEUE)
+    app.send_task(AWARD_TASK, kwargs={"message": {**payload, "schema_version": 0}}, task_id="m-v0", queue=CREDITS_QUEUE)
     app.send_task(AWARD_TASK, args=[payload], task_id="m-args", queue=CREDITS_QUEUE)
     wait_until(lambda: DeadLetter.objects.count() == 3, what="three dead letters")
     letters = {d.message_id: d for d in DeadLetter.objects.all()}
     assert {k: (d.reason, d.attempts) for k, d in letters.items()} == {
         "m-total": ("malformed", 1),
-        "m-v2": ("unsupported_schema", 1),
+        "m-v0": ("unsupported_schema", 1),
         "m-args": ("malformed", 1),
     }
     assert letters["m-args"].payload == {"args": [payload], "kwargs": {}}
@@ -226,10 +226,34 @@ def test_malformed_messages_are_dead_lettered_at_once(start_worker, user):
     assert sorted((m["headers"]["id"], m["headers"]["retries"]) for m in dead) == [
         ("m-args", 0),
         ("m-total", 0),
-        ("m-v2", 0),
+        ("m-v0", 0),
     ]
     assert worker.count(r"retry: Retry in") == 0
     assert worker.count(r": ERROR/") == 3
+    assert not OrderCredit.objects.exists()
+    assert_all_acknowledged(worker)
+
+
+def test_a_newer_version_is_handed_back_until_its_wait_runs_out_then_dead_lettered(start_worker, user, settings):
+    """On a classic queue the worker itself holds each hand-back until due (an ETA task), then tries again."""
+    settings.ORDER_MESSAGE_VERSION = 2
+    _, payload = place_order(user=user)
+    worker = start_worker(
+        "v1-only",
+        CREDITS_ACCEPTED_MESSAGE_VERSIONS="1",
+        CREDITS_UNKNOWN_VERSION_WAIT_SECONDS="3",
+        CREDITS_RETRY_BASE_SECONDS="0.4",
+    )
+    publish(payload)
+    letter = wait_until(lambda: DeadLetter.objects.first(), what="the dead letter")
+    assert (letter.reason, letter.attempts) == ("version_not_supported", 1)
+    handbacks = worker.count("handed back for a newer consumer")
+    assert handbacks >= 2
+    assert f"({handbacks} hand-back(s))" in letter.error
+    (dead,) = wait_until(dead_queue_take, what="credits.dead")
+    assert dead["headers"]["retries"] == 0
+    assert worker.count(r"retry: Retry in") == handbacks, "each hand-back acknowledged its delivery, as a retry does"
+    assert worker.count(r"failed \(\w+\), retry") == 0, "no retry spent"
     assert not OrderCredit.objects.exists()
     assert_all_acknowledged(worker)
 

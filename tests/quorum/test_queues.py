@@ -194,3 +194,38 @@ def test_a_credits_database_outage_spends_no_delivery_and_makes_no_dead_letter(q
     assert not DeadLetter.objects.exists()
     assert dead_messages(rabbit.broker_url) == []
     assert worker.count(r"retry: Retry in") == worker.count("put back on the queue"), "republished, not retried"
+
+
+def test_a_newer_version_waits_in_the_broker_for_a_consumer_that_knows_it(quorum, user, settings):
+    """Rolling upgrade on quorum queues: a version-1 consumer hands a version-2 message back (delayed by the broker,
+    its deliveries and retries untouched) until a consumer accepting version 2 starts and awards it once."""
+    cluster, start_worker, _faults = quorum
+    settings.ORDER_MESSAGE_VERSION = 2
+    old = start_worker(
+        CREDITS_ACCEPTED_MESSAGE_VERSIONS="1", CREDITS_RETRY_BASE_SECONDS="1", CREDITS_RETRY_MAX_SECONDS="2"
+    )
+    order_id, payload = place_order(user=user, total=5)
+    publish(cluster.broker_url, payload)
+    # More hand-backs than the delivery limit would allow deliveries: each is a new message, not a redelivery.
+    wait_until(lambda: old.count("handed back for a newer consumer") > MAX_RETRIES + 1, timeout=60, what="hand-backs")
+    assert not OrderCredit.objects.exists()
+    assert not DeadLetter.objects.exists()
+    start_worker(CREDITS_ACCEPTED_MESSAGE_VERSIONS="1,2")
+    wait_until(lambda: OrderCredit.objects.filter(order_id=order_id).exists(), timeout=60, what="the award")
+    assert OrderCredit.objects.get(order_id=order_id).ordered_at is not None
+    assert not DeadLetter.objects.exists()
+    assert dead_messages(cluster.broker_url) == []
+    assert old.count(r"failed \(\w+\), retry") == 0, "no retry spent"
+
+
+def test_a_newer_version_nobody_takes_is_dead_lettered_once_the_wait_runs_out(quorum, user, settings):
+    cluster, start_worker, _faults = quorum
+    settings.ORDER_MESSAGE_VERSION = 2
+    start_worker(CREDITS_ACCEPTED_MESSAGE_VERSIONS="1", CREDITS_UNKNOWN_VERSION_WAIT_SECONDS="3")
+    order_id, payload = place_order(user=user, total=5)
+    publish(cluster.broker_url, payload)
+    dead = wait_until(lambda: DeadLetter.objects.first(), timeout=60, what="the dead letter row")
+    assert (dead.reason, dead.attempts, dead.order_id) == (DeadLetter.Reason.VERSION_NOT_SUPPORTED, 1, order_id)
+    messages = wait_until(lambda: dead_messages(cluster.broker_url), timeout=10, what="the message in credits.dead")
+    assert [(headers["retries"], kwargs["message"]["order_id"]) for headers, kwargs in messages] == [(0, order_id)]
+    assert not OrderCredit.objects.exists()

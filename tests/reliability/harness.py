@@ -7,6 +7,7 @@ process group so a fault can SIGKILL exactly what it means to, and `Cluster.stop
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import random
@@ -36,9 +37,13 @@ class Cluster:
     workdir: Path
     port: int = 18900
     web_workers: int = 2
+    # A second gunicorn ("web2") on this port, for restarting one instance while the other serves.
+    second_port: int | None = None
     extra_env: dict = field(default_factory=dict)
     # Per process name: variables only that process gets, over the rest (its own database user, say).
     process_env: dict[str, dict[str, str]] = field(default_factory=dict)
+    # Per process name: arguments added to its command line (another Celery pool, say).
+    process_args: dict[str, list[str]] = field(default_factory=dict)
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     # Like systemd's Restart=always: a process that exits on its own is started again, and counted here. Celery's
     # prefork pool can die on reconnecting after its children were killed (celery/celery#9250, "file descriptor is
@@ -51,6 +56,14 @@ class Cluster:
     @property
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def web_urls(self) -> dict[str, str]:
+        """Return each gunicorn instance's name and base URL."""
+        urls = {"web": self.base_url}
+        if self.second_port is not None:
+            urls["web2"] = f"http://127.0.0.1:{self.second_port}"
+        return urls
 
     def env(self, name: str | None = None) -> dict:
         """Return the environment of the named process (without a name: what every process shares)."""
@@ -68,23 +81,39 @@ class Cluster:
     def commands(self) -> dict[str, list[str]]:
         python = str(VENV_BIN / "python")
         celery = str(VENV_BIN / "celery")
+        web = {name: self._gunicorn(url.rpartition(":")[2]) for name, url in self.web_urls.items()}
         return {
-            "web": [
-                str(VENV_BIN / "gunicorn"),
-                "config.wsgi",
-                f"--bind=127.0.0.1:{self.port}",
-                f"--workers={self.web_workers}",
-                "--threads=4",
-                "--worker-class=gthread",
-                "--graceful-timeout=5",
-            ],
+            **web,
             "credits": [celery, "-A", "config", "worker", "-Q", "credits", "-c", "2", "-n", "credits@%h", "-l", "INFO"],
             "outbox": [celery, "-A", "config", "worker", "-Q", "outbox", "-c", "1", "-n", "outbox@%h", "-l", "INFO"],
             # The nightly trigger's own worker, as in production: a Spark run never holds the outbox worker.
-            "analytics": [celery, "-A", "config", "worker", "-Q", "analytics", "-c", "1", "-n", "analytics@%h"],
+            "analytics": [
+                celery,
+                "-A",
+                "config",
+                "worker",
+                "-Q",
+                "analytics",
+                "-c",
+                "1",
+                "-n",
+                "analytics@%h",
+                "-l",
+                "INFO",
+            ],
             "beat": [celery, "-A", "config", "beat", "-l", "INFO", "-s", str(self.workdir / "beat-schedule")],
             "relay": [python, "manage.py", "relay_outbox"],
         }
+
+    def _gunicorn(self, port: str) -> list[str]:
+        return [
+            str(VENV_BIN / "gunicorn"),
+            "config.wsgi",
+            f"--bind=127.0.0.1:{port}",
+            f"--workers={self.web_workers}",
+            "--threads=4",
+            "--worker-class=gthread",
+        ]
 
     def start(self, *names: str) -> None:
         (self.workdir / "prometheus").mkdir(parents=True, exist_ok=True)
@@ -95,13 +124,14 @@ class Cluster:
         if self._supervisor is None:
             self._supervisor = threading.Thread(target=self._supervise, name="cluster-supervisor", daemon=True)
             self._supervisor.start()
-        if "web" in (names or self.commands()):
-            self.wait_healthy()
+        for name, url in self.web_urls.items():
+            if name in (names or self.commands()):
+                self.wait_healthy(url)
 
     def _spawn(self, name: str) -> None:
         with open(self.workdir / "logs" / f"{name}.log", "ab") as log:
             self.procs[name] = subprocess.Popen(
-                self.commands()[name],
+                [*self.commands()[name], *self.process_args.get(name, [])],
                 cwd=ROOT,
                 env=self.env(name),
                 stdout=log,
@@ -117,11 +147,11 @@ class Cluster:
                         self.restarts[name] += 1
                         self._spawn(name)
 
-    def wait_healthy(self, timeout: float = 60) -> None:
+    def wait_healthy(self, url: str | None = None, timeout: float = 60) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
-                if requests.get(f"{self.base_url}/healthz", timeout=5).status_code in (200, 503):
+                if requests.get(f"{url or self.base_url}/healthz", timeout=5).status_code in (200, 503):
                     return
             except requests.RequestException:
                 pass
@@ -136,13 +166,40 @@ class Cluster:
             os.killpg(proc.pid, sig)
         proc.wait(timeout=30)
 
+    def terminate(self, name: str, *, sig: int = signal.SIGTERM, timeout: float = 120) -> Stopped:
+        """Stop a process as systemd's KillMode=mixed does: `sig` to the main process only, then wait for it to exit.
+
+        Whatever it leaves in its process group after exiting is given a few seconds, then SIGKILLed and counted.
+        The process is not restarted.
+        """
+        with self._lock:
+            proc = self.procs.pop(name)
+        signalled = time.monotonic()
+        proc.send_signal(sig)
+        try:
+            returncode = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+            return Stopped(name, seconds=math.inf, returncode=None, leftovers=0)
+        seconds = time.monotonic() - signalled
+        return Stopped(name, seconds=seconds, returncode=returncode, leftovers=_reap_group(proc.pid))
+
+    def children(self, name: str) -> set[int]:
+        """Return the pids of a process's direct children (a gunicorn master's workers, a Celery worker's pool)."""
+        parent = self.procs[name].pid
+        return {
+            int(pid)
+            for pid in subprocess.run(["pgrep", "-P", str(parent)], capture_output=True, text=True).stdout.split()
+        }
+
     def kill_pool_children(self, name: str) -> int:
         """SIGKILL the pool processes of a Celery worker (not the main process, which replaces them)."""
-        parent = self.procs[name].pid
-        children = subprocess.run(["pgrep", "-P", str(parent)], capture_output=True, text=True).stdout.split()
+        children = self.children(name)
         for pid in children:
             with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
         return len(children)
 
     def stop(self) -> None:
@@ -166,6 +223,29 @@ class Cluster:
         return "\n".join(path.read_text(errors="replace").splitlines()[-tail:]) if path.exists() else ""
 
 
+@dataclass(frozen=True)
+class Stopped:
+    """How a process stopped: seconds from the signal to its exit, its exit code, processes it left behind."""
+
+    name: str
+    seconds: float
+    returncode: int | None  # None: it did not exit in time and was SIGKILLed
+    leftovers: int
+
+
+def _reap_group(pgid: int, *, grace: float = 10) -> int:
+    """Wait up to `grace` seconds for a process group to empty, then SIGKILL what is left; return how many were."""
+    deadline = time.monotonic() + grace
+    while time.monotonic() < deadline:
+        left = subprocess.run(["pgrep", "-g", str(pgid)], capture_output=True, text=True).stdout.split()
+        if not left:
+            return 0
+        time.sleep(0.1)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, signal.SIGKILL)
+    return len(left)
+
+
 @dataclass
 class Ledger:
     """What the clients asked for and what the service acknowledged."""
@@ -174,6 +254,7 @@ class Ledger:
     acknowledged: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> (order id, total)
     statuses: Counter = field(default_factory=Counter)
     server_errors: list[tuple[float, int]] = field(default_factory=list)  # (time, status)
+    connection_errors: list[tuple[float, str]] = field(default_factory=list)  # (time, REFUSED or "connection error")
     # (time acknowledged, seconds from the order's first attempt to its 201, retries included)
     latencies: list[tuple[float, float]] = field(default_factory=list)
     gave_up: int = 0
@@ -188,11 +269,41 @@ class Ledger:
         return statistics.quantiles(window, n=100, method="inclusive")[98], len(window)
 
 
-class OrderStream:
-    """Client threads placing orders at a steady rate, each retrying with its Idempotency-Key until answered."""
+class Backends:
+    """The web instances a client sends to, in turn; a drained one gets no new request (a load balancer's drain)."""
 
-    def __init__(self, base_url: str, tokens: list[str], *, rate: float, ledger: Ledger, seed: int = 1):
-        self.base_url, self.tokens, self.rate, self.ledger = base_url, tokens, rate, ledger
+    def __init__(self, *urls: str):
+        self.urls = list(urls)
+        self.drained: set[str] = set()
+        self._turn = itertools.count()
+        self._lock = threading.Lock()
+
+    def next(self) -> str:
+        with self._lock:
+            serving = [url for url in self.urls if url not in self.drained]
+            return serving[next(self._turn) % len(serving)]
+
+    def drain(self, url: str) -> None:
+        with self._lock:
+            if len(self.drained | {url}) == len(self.urls):
+                raise ValueError("cannot drain the last serving instance")
+            self.drained.add(url)
+
+    def undrain(self, url: str) -> None:
+        with self._lock:
+            self.drained.discard(url)
+
+
+class OrderStream:
+    """Client threads placing orders at a steady rate, each retrying with its Idempotency-Key until answered.
+
+    Requests go to `backends` in turn (one URL, or several web instances); a refused connection is counted apart
+    from other connection errors.
+    """
+
+    def __init__(self, backends: str | Backends, tokens: list[str], *, rate: float, ledger: Ledger, seed: int = 1):
+        self.backends = Backends(backends) if isinstance(backends, str) else backends
+        self.tokens, self.rate, self.ledger = tokens, rate, ledger
         self.stop_event = threading.Event()
         self.random = random.Random(seed)
         self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(len(tokens))]
@@ -226,11 +337,13 @@ class OrderStream:
         while time.monotonic() < deadline:
             try:
                 response = session.post(
-                    f"{self.base_url}/api/orders/", json=body, headers={"Idempotency-Key": key}, timeout=10
+                    f"{self.backends.next()}/api/orders/", json=body, headers={"Idempotency-Key": key}, timeout=10
                 )
-            except requests.RequestException:
+            except requests.RequestException as exc:
+                kind = REFUSED if _refused(exc) else "connection error"
                 with self.ledger.lock:
-                    self.ledger.statuses["connection error"] += 1
+                    self.ledger.statuses[kind] += 1
+                    self.ledger.connection_errors.append((time.monotonic(), kind))
                 time.sleep(0.2)
                 continue
             with self.ledger.lock:
@@ -246,6 +359,19 @@ class OrderStream:
             time.sleep(0.2)
         with self.ledger.lock:
             self.ledger.gave_up += 1
+
+
+REFUSED = "connection refused"
+
+
+def _refused(exc: BaseException) -> bool:
+    """Tell whether a request failed because nothing accepted the connection (ECONNREFUSED somewhere in its causes)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionRefusedError) or "Connection refused" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__ or getattr(seen, "reason", None)
+    return False
 
 
 @dataclass

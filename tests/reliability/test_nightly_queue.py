@@ -1,26 +1,17 @@
 """A nightly run in progress holds only its own worker: outbox wake-ups keep being relayed meanwhile."""
 
-import time
-
 import pytest
 
 from analytics.models import NightlyRun
 from config.celery import app
 from orders.services import order_create
 from outbox.models import TransactionLog
+from tests.reliability.restarts import wait_for
 
 pytestmark = pytest.mark.slow
 
 # A day no other test reports on: each run holds a server-wide lock per day.
 NIGHTLY_DAY = "2001-02-03"
-
-
-def wait_for(predicate, *, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.2)
 
 
 def test_outbox_messages_are_relayed_while_a_nightly_run_is_in_progress(cluster, user):

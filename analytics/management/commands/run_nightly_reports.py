@@ -1,5 +1,6 @@
 """Run the nightly Spark job: credit analytics and consistency checks for a day (or several), optionally repairing."""
 
+import os
 from datetime import timedelta
 
 from django.conf import settings
@@ -8,6 +9,7 @@ from django.utils import timezone
 
 from analytics import runs
 from analytics.period import Period, parse_day
+from analytics.spark import spark_jvm_stop
 from core.tracing import tracing_setup
 
 
@@ -15,7 +17,8 @@ class Command(BaseCommand):
     help = (
         "Compute credit analytics and run the consistency checks for --date (default: yesterday, UTC), writing "
         "$REPORTS_DIR/<date>/, the Parquet datasets and the report tables. Exits 0 when the job ran, even if "
-        "checks found violations; non-zero only when the job failed or another run holds the date."
+        "checks found violations; non-zero only when the job failed or another run holds the date, and 75 "
+        "(EX_TEMPFAIL) when SIGTERM interrupted it (recorded as interrupted; run it again)."
     )
 
     def add_arguments(self, parser):
@@ -36,17 +39,26 @@ class Command(BaseCommand):
         tracing_setup(service_name="creditshop-analytics", sql=settings.TRACING_SQL_SPANS)
         period = Period.ending(options["date"] or timezone.now().date() - timedelta(days=1), days=days)
         try:
-            outcome = runs.nightly_run(
-                period=period,
-                repair=options["repair"],
-                write=self._progress,
-                # Spark's own start-up warnings only when asked for: -v 2.
-                verbose=options["verbosity"] > 1,
-            )
-        except runs.RunLocked as exc:
-            raise CommandError(str(exc)) from None
-        except Exception as exc:
-            raise CommandError(f"nightly run failed: {exc.__class__.__name__}: {exc}") from exc
+            with runs.interrupt_on_sigterm(on_signal=spark_jvm_stop):
+                outcome = runs.nightly_run(
+                    period=period,
+                    repair=options["repair"],
+                    write=self._progress,
+                    # Spark's own start-up warnings only when asked for: -v 2.
+                    verbose=options["verbosity"] > 1,
+                )
+        except BaseException as exc:
+            # Interrupted, whatever error surfaced first (Spark's, once its JVM was stopped): exit 75, run it again.
+            if isinstance(exc, runs.RunInterrupted) or runs.interrupted():
+                spark_jvm_stop()
+                raise CommandError(
+                    "nightly run interrupted by SIGTERM; run it again for the same date", returncode=os.EX_TEMPFAIL
+                ) from None
+            if isinstance(exc, runs.RunLocked):
+                raise CommandError(str(exc)) from None
+            if isinstance(exc, Exception):
+                raise CommandError(f"nightly run failed: {exc.__class__.__name__}: {exc}") from exc
+            raise
         for day in outcome.days:
             verdict = "ok" if day.ok else f"{day.violations:,} violations"
             found = ", ".join(f"{name}={o.count:,}" for name, o in day.checks.items() if o.count)

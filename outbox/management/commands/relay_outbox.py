@@ -53,6 +53,9 @@ class Command(BaseCommand):
             name="outbox-relay",
         )
         worker.start()
+        # On stderr: stdout carries the result alone (`stopped; published N`).
+        self.stderr.write("relaying; SIGTERM or SIGINT stops it once the batch in hand is confirmed and marked")
+        self.stderr.flush()
         while worker.is_alive():
             worker.join(0.5)
         if "published" not in result:
