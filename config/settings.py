@@ -40,6 +40,7 @@ INSTALLED_APPS = [
     "outbox",
     "credits",
     "analytics",
+    "demo",
 ]
 
 MIDDLEWARE = [
