@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "outbox",
     "credits",
     "analytics",
+    "demo",
 ]
 
 MIDDLEWARE = [
