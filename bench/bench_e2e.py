@@ -115,6 +115,7 @@ def run(*, rate: float, seconds: float, polling: bool, burst: int = 0, bursts: i
         "p99_ms": percentile(latencies, 99),
         "max_ms": latencies[-1] if latencies else float("nan"),
         "non_201": sum(n for s, n in ledger.statuses.items() if s != 201),
+        "statuses": dict(ledger.statuses),
     }
 
 
@@ -148,6 +149,9 @@ def main() -> None:
             f"| {round_number} | {name} | {r['orders']} | {r['credited']} | {r['p50_ms']:.1f} ms "
             f"| {r['p99_ms']:.1f} ms | {r['max_ms']:.0f} ms | {r['non_201']} |"
         )
+    print("answers to every attempt (a refused one is retried with its Idempotency-Key):")
+    for round_number, name, r in rows:
+        print(f"  run {round_number}, {name}: {r['statuses']}")
     for round_number in range(1, args.repeat + 1):
         woken, polled = (r for n, _, r in rows if n == round_number)
         print(f"run {round_number}: p50 speed-up over the polling baseline {polled['p50_ms'] / woken['p50_ms']:.1f}x")

@@ -475,17 +475,29 @@ def profile_requests(tokens: list[str], requests: int) -> None:
 
 
 def bench_users(count: int) -> list:
-    """Return `count` bench users (created on first use) with a new API key each; the last run's keys are revoked."""
-    from django.contrib.auth import get_user_model
+    """Return `count` bench users (created on first use), each with a new key that every variant accepts.
 
-    from accounts.services import api_token_create, api_tokens_revoke
+    The key is a DRF authtoken key, what the plain endpoint and an older checkout (--before-dir) read, and also an
+    API token of ours, stored only as its digest, as accounts' data migration stores the keys it finds. The last
+    run's keys are revoked: only a digest is stored, so a run cannot read them back.
+    """
+    from django.contrib.auth import get_user_model
+    from rest_framework.authtoken.models import Token
+
+    from accounts.keys import key_digest, key_prefix
+    from accounts.models import ApiToken
+    from accounts.services import api_tokens_revoke
 
     user_model = get_user_model()
     users = [user_model.objects.get_or_create(username=f"{USER_PREFIX}{i}")[0] for i in range(count)]
-    # Only a digest is stored, so a run cannot read the last run's keys back: it makes its own.
+    keys = []
     for user in users:
         api_tokens_revoke(user=user, name="bench")
-    return [(user, api_token_create(user=user, name="bench")[1]) for user in users]
+        Token.objects.filter(user=user).delete()
+        key = Token.objects.create(user=user).key
+        ApiToken.objects.create(user=user, name="bench", prefix=key_prefix(key), digest=key_digest(key))
+        keys.append((user, key))
+    return keys
 
 
 def main() -> None:
