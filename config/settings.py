@@ -233,7 +233,7 @@ CREDITS_MAX_RETRIES = env_int("CREDITS_MAX_RETRIES", 3, minimum=0)
 CREDITS_RETRY_BASE_SECONDS = env_float("CREDITS_RETRY_BASE_SECONDS", 1.0, minimum=0.01)
 CREDITS_RETRY_MAX_SECONDS = env_float("CREDITS_RETRY_MAX_SECONDS", 60.0, minimum=0.01)
 # How long one delivery waits for an unreachable credits database before it goes back to the queue, its retries
-# untouched (credits/retry.py). Keep it under the broker heartbeat (Celery's default 120 s), which a solo worker does
+# untouched (credits/outage.py). Keep it under the broker heartbeat (Celery's default 120 s), which a solo worker does
 # not send while a task runs.
 CREDITS_OUTAGE_WAIT_SECONDS = env_float("CREDITS_OUTAGE_WAIT_SECONDS", 30.0, minimum=0.1, maximum=100.0)
 
