@@ -15,7 +15,7 @@ from rest_framework.authtoken.models import Token
 from schemathesis.config import SchemathesisConfig
 
 from credits.services import credit_award
-from tests.reliability.harness import VENV_BIN
+from testkit.harness import VENV_BIN
 
 pytestmark = pytest.mark.slow
 

@@ -170,7 +170,7 @@ print(spark_jvm_stop(grace_seconds=0.5), stubborn.wait(timeout=30))
 def test_an_interrupted_run_stops_the_jvm_it_started_even_one_that_ignores_sigterm():
     from django.conf import settings
 
-    from tests.processes import service_env
+    from testkit.processes import service_env
 
     completed = subprocess.run(
         [sys.executable, "-c", STOP_CHILDREN_PROBE],

@@ -17,7 +17,7 @@ from django.core.management import call_command
 from django.db import connections
 from rest_framework.authtoken.models import Token
 
-from tests.reliability.harness import Ledger, OrderStream, wait_for_credits
+from testkit.harness import Ledger, OrderStream, wait_for_credits
 
 pytestmark = pytest.mark.slow
 
