@@ -134,7 +134,7 @@ def test_sigterm_is_forwarded_to_the_command_and_reported():
 def test_the_worker_shutdown_hook_signals_only_pool_processes_of_marked_tasks(monkeypatch):
     from celery.worker import state
 
-    from config.celery import long_tasks_interrupt
+    from core.worker import long_tasks_interrupt
 
     sleepers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
     marked, plain = (type("Task", (), {"interrupt_on_worker_shutdown": flag})() for flag in (True, False))
