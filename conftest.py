@@ -16,8 +16,9 @@ from django.contrib.staticfiles import finders
 from django.core.management import call_command
 from django.test import Client
 from django.test.utils import override_settings
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
+
+from accounts.services import api_token_create
 
 DATABASE_FIXTURES = {"db", "transactional_db", "live_server", "django_db_reset_sequences"}
 # What an operator holds to use every admin action: retry and discard outbox rows, replay and discard dead letters.
@@ -118,9 +119,10 @@ def other_user(make_user):
 
 
 def token_client(user) -> APIClient:
+    """Return an API client sending a new API key of `user`'s in `Authorization: Token <key>`."""
     client = APIClient()
-    token, _ = Token.objects.get_or_create(user=user)
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    _, key = api_token_create(user=user, name="test")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
     return client
 
 

@@ -2,15 +2,17 @@
 
 This module wires the stages together and collects the small per-day results the reports are made of; the
 Spark work itself is in extract (I/O), transforms and checks (pure), and load (I/O); the collected rows become
-DayResults in results (pure); the run's lock, history row and progress are runs'.
+DayResults in results (pure); the run's lock, history row and progress are runs'. The stages a warm-up also runs
+(analytics/warm_up.py) are public: `partition_by_order`, `analyse`, `collect_together`.
 """
 
 import json
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
-from datetime import timedelta
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager, ExitStack
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Protocol
 
 from django.conf import settings
 from pyspark.sql import DataFrame, SparkSession
@@ -35,8 +37,22 @@ from analytics.transforms import (
     transform_user_daily,
 )
 
-if TYPE_CHECKING:
-    from analytics.runs import Progress
+
+class Progress(Protocol):
+    """What the job reports its stages through (analytics/runs.py records them on the run)."""
+
+    def stage(self, name: str) -> AbstractContextManager[dict]: ...
+
+
+@dataclass
+class Analysis:
+    """The analytics and checks of a period: the frames the loads write, and the rows collected for the reports."""
+
+    user_daily: DataFrame
+    summary: DataFrame
+    violations: DataFrame
+    collected: dict[str, list[dict]]
+
 
 # The stages run_nightly reports through its progress, without and with --repair.
 STAGES = 6
@@ -48,7 +64,7 @@ def stage_count(*, repair_requested: bool) -> int:
 
 
 def run_nightly(
-    *, run: NightlyRun, period: Period, repair_requested: bool, progress: "Progress", verbose: bool = False
+    *, run: NightlyRun, period: Period, repair_requested: bool, progress: Progress, verbose: bool = False
 ) -> list[DayResult]:
     """Run the job's stages for the period under an already started `run`; return the per-day results.
 
@@ -61,44 +77,41 @@ def run_nightly(
         log_retention_days=getattr(settings, "OUTBOX_RETENTION_DAYS", None),
     )
     sources = extract.sources()
-    lookback = timedelta(hours=settings.ANALYTICS_LOOKBACK_HOURS)
     with ExitStack() as stack:
         with progress.stage("spark session") as facts:
-            rows = extract.count_orders(sources.orders, start=period.start - lookback, end=period.end + lookback)
+            rows = extract.count_orders(sources.orders, **_read_window(period))
             spark = stack.enter_context(spark_session(tuning=tuning_for(rows), verbose=verbose))
             facts["master"] = spark.sparkContext.master
             facts["shuffle_partitions"] = spark.conf.get("spark.sql.shuffle.partitions")
         try:
-            days = _run_in_session(
-                spark, run=run, period=period, ctx=ctx, sources=sources, progress=progress, lookback=lookback
+            return _run_in_session(
+                spark, run=run, ctx=ctx, sources=sources, progress=progress, repair_requested=repair_requested
             )
         finally:
             # A shared session (tests, a notebook) must not keep this run's cached frames.
             spark.catalog.clearCache()
-    if repair_requested:
-        with progress.stage("repair") as facts:
-            for day in days:
-                day.repair = repair(
-                    missing_credit_order_ids=[int(entity) for entity, _ in day.checks["missing_credit"].rows],
-                    stuck_log_ids=[entity for entity, _ in day.checks["stuck_outbox"].rows],
-                )
-                load.write_day_files(day, load.render_day_files(day, run=run, ctx=ctx))
-            facts["reenqueued"] = sum(day.repair.reenqueued for day in days)
-    return days
+
+
+def _read_window(period: Period) -> dict[str, datetime]:
+    """Return the instants the job reads between: the period and ANALYTICS_LOOKBACK_HOURS on each side, so credits
+    awarded after midnight meet their orders.
+    """
+    lookback = timedelta(hours=settings.ANALYTICS_LOOKBACK_HOURS)
+    return {"start": period.start - lookback, "end": period.end + lookback}
 
 
 def _run_in_session(
     spark: SparkSession,
     *,
     run: NightlyRun,
-    period: Period,
     ctx: CheckContext,
     sources: extract.Sources,
-    progress: "Progress",
-    lookback: timedelta,
+    progress: Progress,
+    repair_requested: bool,
 ) -> list[DayResult]:
+    period = ctx.period
     with progress.stage("extract") as facts:
-        data = extract.extract_window(spark, sources, start=period.start - lookback, end=period.end + lookback)
+        data = extract.extract_window(spark, sources, **_read_window(period))
         # Cached as read; they are partitioned by order id once, after the look-ups have added their rows (doing it
         # here too shuffled and sorted every row twice).
         data.orders, data.logs, data.credits = data.orders.cache(), data.logs.cache(), data.credits.cache()
@@ -114,47 +127,29 @@ def _run_in_session(
             data.credits = data.credits.unionByName(extract.read_credits_by_order_id(spark, sources, wanted["credit"]))
         if wanted["log"]:
             data.logs = data.logs.unionByName(extract.read_logs_by_order_id(spark, sources, wanted["log"]))
-        data.orders, data.logs, data.credits = (
-            _by_order(data.orders, "id"),
-            _by_order(data.logs, "order_id"),
-            _by_order(data.credits, "order_id"),
-        )
+        data = partition_by_order(data)
         facts.update({f"{kind}_ids": len(wanted[kind]) for kind in ("order", "credit", "log")})
 
     with progress.stage("credit analytics and consistency checks") as facts:
-        user_daily = transform_user_daily(data.orders, data.credits, period).cache()
-        daily = transform_daily_metrics(user_daily, data.orders, data.first_orders, period).cache()
-        latency = transform_award_latency(data.credits, data.orders, period)
-        summary = (
-            daily.join(_prefixed(transform_credit_distribution(user_daily), "cpu_"), "date", "left")
-            .join(_prefixed(transform_latency_summary(latency), "latency_"), "date", "left")
-            .cache()
-        )
-        results = run_checks(
-            orders=data.orders, logs=data.logs, credits=data.credits, dead_letters=data.dead_letters, ctx=ctx
-        )
-        violations = transform_violations(results, keep=settings.ANALYTICS_MAX_STORED_VIOLATIONS).cache()
-        collected = collect_together(
-            summary=summary,
-            credit_histogram=transform_credit_histogram(user_daily),
-            latency_histogram=transform_latency_histogram(latency),
-            top_users=transform_top_users(user_daily),
-            trend=transform_trend(data.history, daily, period),
-            violations=violations,
-        )
-        days = day_results(collected, period, ctx=ctx, note=data.dead_letters_note)
+        analysis = analyse(data, ctx=ctx, keep=settings.ANALYTICS_MAX_STORED_VIOLATIONS)
+        days = day_results(analysis.collected, ctx=ctx, note=data.dead_letters_note)
         facts["orders"] = sum(day.metrics["orders"] for day in days)
         facts["credits"] = sum(day.metrics["credits_awarded"] for day in days)
         facts.update({name: sum(day.checks[name].count for day in days) for name in CHECK_NAMES})
 
     # Drawing the charts is Python work and the loads are JVM and MariaDB work: render the reports on a thread
-    # meanwhile (a month of reports is 150 charts), and write them only once the tables are committed. The Parquet
-    # and MySQL writes run side by side too: one keeps the JVM busy while the other waits on MariaDB.
+    # meanwhile (a month of reports is 150 charts), and write them only once the tables are committed. A repair
+    # is part of what the reports say, so with --repair they are rendered after it instead, still once. The
+    # Parquet and MySQL writes run side by side too: one keeps the JVM busy while the other waits on MariaDB.
     with (
         ThreadPoolExecutor(max_workers=1, thread_name_prefix="reports") as renderer,
         ThreadPoolExecutor(max_workers=1, thread_name_prefix="parquet") as writer,
     ):
-        rendering = [renderer.submit(load.render_day_files, day, run=run, ctx=ctx) for day in days]
+
+        def render() -> list:
+            return [renderer.submit(load.render_day_files, day, run=run, ctx=ctx) for day in days]
+
+        rendering = [] if repair_requested else render()
         with progress.stage("load: parquet and mysql") as facts:
             active = {d.date for d in days if d.metrics["orders"] or d.metrics["credits_awarded"]}
             parquet = writer.submit(
@@ -162,20 +157,67 @@ def _run_in_session(
                 spark,
                 period=period,
                 datasets={
-                    "user_daily_credits": (user_daily, active),
-                    "daily_metrics": (summary, set(period.dates)),
-                    "violations": (violations.drop("rank"), {d.date for d in days if d.violations}),
+                    "user_daily_credits": (analysis.user_daily, active),
+                    "daily_metrics": (analysis.summary, set(period.dates)),
+                    "violations": (analysis.violations.drop("rank"), {d.date for d in days if d.violations}),
                 },
             )
             facts["user_day_rows"] = load.write_mysql(
-                run=run, period=period, source=sources.orders, user_daily=user_daily, days=days
+                run=run, period=period, source=sources.orders, user_daily=analysis.user_daily, days=days
             )
             facts["parquet"] = parquet.result()
+        if repair_requested:
+            with progress.stage("repair") as facts:
+                for day in days:
+                    day.repair = repair(
+                        missing_credit_order_ids=[int(entity) for entity, _ in day.checks["missing_credit"].rows],
+                        stuck_log_ids=[entity for entity, _ in day.checks["stuck_outbox"].rows],
+                    )
+                facts["reenqueued"] = sum(day.repair.reenqueued for day in days)
+            rendering = render()
         with progress.stage("load: reports") as facts:
             for day, files in zip(days, rendering, strict=True):
                 load.write_day_files(day, files.result())
             facts["dir"] = str(settings.REPORTS_DIR)
     return days
+
+
+def partition_by_order(data: extract.Extracted) -> extract.Extracted:
+    """Return the extract with its orders, outbox rows and credits hash-partitioned on the order id and cached."""
+    return replace(
+        data,
+        orders=_by_order(data.orders, "id"),
+        logs=_by_order(data.logs, "order_id"),
+        credits=_by_order(data.credits, "order_id"),
+    )
+
+
+def analyse(data: extract.Extracted, *, ctx: CheckContext, keep: int) -> Analysis:
+    """Compute the period's credit analytics and run its checks (keeping `keep` violations per check and day), and
+    collect what the reports need in one Spark job.
+    """
+    period = ctx.period
+    user_daily = transform_user_daily(data.orders, data.credits, period).cache()
+    daily = transform_daily_metrics(user_daily, data.orders, data.first_orders, period).cache()
+    latency = transform_award_latency(data.credits, data.orders, period)
+    summary = (
+        daily.join(_prefixed(transform_credit_distribution(user_daily), "cpu_"), "date", "left")
+        .join(_prefixed(transform_latency_summary(latency), "latency_"), "date", "left")
+        .cache()
+    )
+    results = run_checks(
+        orders=data.orders, logs=data.logs, credits=data.credits, dead_letters=data.dead_letters, ctx=ctx
+    )
+    violations = transform_violations(results, keep=keep).cache()
+    collected = collect_together(
+        summary=summary,
+        credit_histogram=transform_credit_histogram(user_daily),
+        latency_histogram=transform_latency_histogram(latency),
+        top_users=transform_top_users(user_daily),
+        trend=transform_trend(data.history, daily, period),
+        violations=violations,
+    )
+    return Analysis(user_daily=user_daily, summary=summary, violations=violations, collected=collected)
 
 
 def _by_order(df: DataFrame, column: str) -> DataFrame:

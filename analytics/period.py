@@ -1,16 +1,7 @@
 """The days a nightly run reports on, as UTC instants."""
 
-from argparse import ArgumentTypeError
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
-
-
-def parse_day(value: str) -> date:
-    """Parse a YYYY-MM-DD command-line argument, with an error that names the expected form."""
-    try:
-        return datetime.strptime(value, "%Y-%m-%d").date()
-    except ValueError:
-        raise ArgumentTypeError(f"{value!r} is not a date (YYYY-MM-DD)") from None
 
 
 @dataclass(frozen=True)

@@ -56,15 +56,15 @@ class DayResult:
         return self.violations == 0
 
 
-def day_results(
-    collected: dict[str, list[dict]], period: Period, *, ctx: CheckContext, note: str = ""
-) -> list[DayResult]:
-    """Build one DayResult per day of the period from the collected frames (summary, histograms, top users,
+def day_results(collected: dict[str, list[dict]], *, ctx: CheckContext, note: str = "") -> list[DayResult]:
+    """Build one DayResult per day of the checked period from the collected frames (summary, histograms, top users,
     trend, violations); `note` is the dead-letter read's, if any.
     """
     analytics = _assemble_analytics(collected)
-    outcomes = _assemble_outcomes(collected["violations"], period, ctx=ctx, note=note)
-    return [DayResult(date=day, checks=outcomes[day], **analytics.get(day, _empty_analytics())) for day in period.dates]
+    outcomes = _assemble_outcomes(collected["violations"], ctx=ctx, note=note)
+    return [
+        DayResult(date=day, checks=outcomes[day], **analytics.get(day, _empty_analytics())) for day in ctx.period.dates
+    ]
 
 
 def consistency_document(day: DayResult, *, run_id: int, ctx: CheckContext, generated_at: datetime) -> dict:
@@ -150,11 +150,9 @@ def _empty_analytics() -> dict:
     }
 
 
-def _assemble_outcomes(
-    violations: list[dict], period: Period, *, ctx: CheckContext, note: str
-) -> dict[date, dict[str, CheckOutcome]]:
+def _assemble_outcomes(violations: list[dict], *, ctx: CheckContext, note: str) -> dict[date, dict[str, CheckOutcome]]:
     """Arrange the collected violations per day and check: full count, sample ids, stored rows."""
-    outcomes = {day: {name: CheckOutcome() for name in CHECK_NAMES} for day in period.dates}
+    outcomes = {day: {name: CheckOutcome() for name in CHECK_NAMES} for day in ctx.period.dates}
     for row in sorted(violations, key=itemgetter("check", "date", "rank")):
         outcome = outcomes[date.fromisoformat(row["date"])][row["check"]]
         outcome.count = row["count"]

@@ -46,8 +46,8 @@ from django.db import connections  # noqa: E402
 from analytics import class_archive  # noqa: E402
 from analytics.checks import CHECK_NAMES  # noqa: E402
 from analytics.period import Period  # noqa: E402
-from analytics.plant import plant_inconsistencies  # noqa: E402
-from analytics.seed import seed_demo_data  # noqa: E402
+from demo.plant import plant_inconsistencies  # noqa: E402
+from demo.seed import seed_demo_data  # noqa: E402
 
 # The tables a run reads or writes, per database alias (the analytics tables are the order service's database's).
 TABLES = {

@@ -1,7 +1,7 @@
 """Benchmark: how fast the credits consumer drains a backlog of queued messages, and that it awards each order once.
 
 It writes N orders with their transaction_log rows (bulk, as seed data), publishes each row's payload to the
-`credits` queue exactly as the relay does (plus optional re-deliveries), then starts real
+`credits` queue with the relay's own Publisher (plus optional re-deliveries; bench/relay_publish.py), then starts real
 `celery -A config worker -Q credits` processes and times the drain from the database's own timestamps.
 
     export DATABASE_URL=mysql://root:@127.0.0.1:3306/creditshop_bench_orders
@@ -37,6 +37,7 @@ children of a (synthetic) order request.
 """
 
 import argparse
+import json
 import os
 import random
 import signal
@@ -63,7 +64,7 @@ from kombu import Connection  # noqa: E402
 from bench import brokers  # noqa: E402
 from bench.common import OtlpSink, host_busy_seconds, listener_pid, process_tree_cpu_seconds  # noqa: E402
 from config.celery import app  # noqa: E402
-from core.contract import BUSINESS_ORDER, CREATED_AT_HEADER, CREDITS_DEAD_QUEUE, CREDITS_QUEUE, SCHEMA_VERSION  # noqa: E402
+from core.contract import BUSINESS_ORDER, CREDITS_DEAD_QUEUE, CREDITS_QUEUE, SCHEMA_VERSION  # noqa: E402
 from credits.models import CreditBalance, DeadLetter, OrderCredit  # noqa: E402
 from orders.models import Order  # noqa: E402
 from outbox.ids import new_transaction_id  # noqa: E402
@@ -171,23 +172,34 @@ def broker_prepare() -> None:
             queue.purge()
 
 
-def publish_all(payloads: list[dict], *, duplicates: float) -> int:
-    """Publish every payload as the relay does, plus re-deliveries of a random share; return how many were sent."""
+def publish_all(payloads: list[dict], *, duplicates: float, code_dir: Path | None = None) -> int:
+    """Publish every payload as the relay does, plus re-deliveries of a random share; return how many were sent.
+
+    The relay's own Publisher and message builder of `code_dir` (this checkout by default) write the messages
+    (bench/relay_publish.py, run there), so a before/after comparison includes each side's message format.
+    """
     deliveries = payloads + random.sample(payloads, int(len(payloads) * duplicates))
     random.shuffle(deliveries)
     created_at = time.time()
-    with app.producer_or_acquire() as producer:
-        for payload in deliveries:
-            # What the relay adds: the order request's trace context (here a made-up sampled one) and creation time.
-            traceparent = f"00-{random.getrandbits(128):032x}-{random.getrandbits(64):016x}-01"
-            app.send_task(
-                "credits.award_credits",
-                kwargs={"message": payload},
-                task_id=payload["transaction_id"],
-                queue=CREDITS_QUEUE,
-                producer=producer,
-                headers={"traceparent": traceparent, CREATED_AT_HEADER: created_at},
-            )
+    # What the relay adds: the order request's trace context (here a made-up sampled one) and creation time.
+    lines = "".join(
+        json.dumps(
+            {
+                "payload": payload,
+                "created_at": created_at,
+                "traceparent": f"00-{random.getrandbits(128):032x}-{random.getrandbits(64):016x}-01",
+            }
+        )
+        + "\n"
+        for payload in deliveries
+    )
+    subprocess.run(
+        [sys.executable, str(Path(__file__).resolve().parent / "relay_publish.py")],
+        input=lines.encode(),
+        cwd=code_dir or settings.BASE_DIR,
+        env={**os.environ, **TRACING_OFF},
+        check=True,
+    )
     return len(deliveries)
 
 
@@ -385,7 +397,7 @@ def drain_once(args: argparse.Namespace, *, code_dir: Path | None = None, env: d
     order_range = (payloads[0]["order_id"], payloads[-1]["order_id"])
     broker_prepare()
     started = time.monotonic()
-    sent = publish_all(payloads, duplicates=args.duplicates)
+    sent = publish_all(payloads, duplicates=args.duplicates, code_dir=code_dir)
     print(f"published {sent} messages in {time.monotonic() - started:.1f}s", flush=True)
 
     log_dir = Path(tempfile.gettempdir())

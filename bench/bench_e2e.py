@@ -66,8 +66,8 @@ def place_bursts(stream, *, size: int, bursts: int, user_ids: list[int]) -> None
 
 def run(*, rate: float, seconds: float, polling: bool, burst: int = 0, bursts: int = 0) -> dict:
     from django.contrib.auth import get_user_model
-    from rest_framework.authtoken.models import Token
 
+    from accounts.services import api_token_create
     from credits.models import OrderCredit
     from orders.models import Order
     from testkit.harness import Cluster, Ledger, OrderStream, wait_for_credits
@@ -77,7 +77,7 @@ def run(*, rate: float, seconds: float, polling: bool, burst: int = 0, bursts: i
     run_id = time.strftime("%H%M%S") + ("p" if polling else "w")
     # Bursts spread over more users so that no user passes the rate limit (20/second by default).
     users = [get_user_model().objects.create(username=f"e2e-{run_id}-{i}") for i in range(16 if burst else 8)]
-    tokens = [Token.objects.create(user=u).key for u in users]
+    tokens = [api_token_create(user=u)[1] for u in users]
     purge_queues()
     if discarded := outbox_backlog_discard("bench_e2e: pending rows left by earlier benchmarks"):
         print(f"discarded {discarded} pending transaction_log rows left by earlier benchmarks", flush=True)

@@ -219,14 +219,12 @@ def post_order(client, token: str, idempotency_key: str) -> None:
     assert response.status_code == 201, response.content
 
 
-def count_request_queries(user) -> list[str]:
-    """Return the SQL one order request runs, through the full Django stack."""
+def count_request_queries(key: str) -> list[str]:
+    """Return the SQL one order request with API key `key` runs, through the full Django stack."""
     from django.db import connection
     from django.test import Client
     from django.test.utils import CaptureQueriesContext
-    from rest_framework.authtoken.models import Token
 
-    key = Token.objects.get(user=user).key
     with CaptureQueriesContext(connection) as ctx:
         post_order(Client(), key, f"profile-{time.time_ns()}")
     return [q["sql"] for q in ctx.captured_queries]
@@ -412,7 +410,7 @@ def compare_plain(tokens: list[str], args: argparse.Namespace) -> None:
 
 def ceiling_floor(user, tokens: list[str], args: argparse.Namespace) -> None:
     """Measure the raw database ceiling, the framework floor and the service (no relay running), one run each."""
-    queries = count_request_queries(user)
+    queries = count_request_queries(tokens[0])
     print(f"queries per order request (with Idempotency-Key): {len(queries)}")
     for sql in queries:
         print(f"  {sql[:110]}")
@@ -477,13 +475,17 @@ def profile_requests(tokens: list[str], requests: int) -> None:
 
 
 def bench_users(count: int) -> list:
-    """Return `count` bench users with their API tokens, created on first use."""
+    """Return `count` bench users (created on first use) with a new API key each; the last run's keys are revoked."""
     from django.contrib.auth import get_user_model
-    from rest_framework.authtoken.models import Token
+
+    from accounts.services import api_token_create, api_tokens_revoke
 
     user_model = get_user_model()
     users = [user_model.objects.get_or_create(username=f"{USER_PREFIX}{i}")[0] for i in range(count)]
-    return [(user, Token.objects.get_or_create(user=user)[0].key) for user in users]
+    # Only a digest is stored, so a run cannot read the last run's keys back: it makes its own.
+    for user in users:
+        api_tokens_revoke(user=user, name="bench")
+    return [(user, api_token_create(user=user, name="bench")[1]) for user in users]
 
 
 def main() -> None:

@@ -37,9 +37,12 @@ def bench_env(**extra: str) -> dict:
     return env
 
 
-def setup_django() -> None:
-    """Point this process at the bench databases, create them, migrate each under its alias and set Django up."""
-    os.environ.update(bench_env())
+def setup_django(**env: str) -> None:
+    """Point this process at the bench databases, create them, migrate each under its alias and set Django up.
+
+    `env` overrides bench_env's variables (another DJANGO_SETTINGS_MODULE, say).
+    """
+    os.environ.update(bench_env(**env))
     sys.path.insert(0, str(ROOT))
     import MySQLdb
 

@@ -90,9 +90,9 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
     from django.db import connection
-    from rest_framework.authtoken.models import Token
     from tqdm import tqdm
 
+    from accounts.services import api_token_create
     from testkit.database_users import ProcessUsers
     from testkit.harness import (
         Backends,
@@ -111,7 +111,7 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
 
     run = time.strftime("%Y%m%d%H%M%S")
     users = [get_user_model().objects.create(username=f"soak-{run}-{i}") for i in range(args.clients)]
-    tokens = [Token.objects.create(user=u).key for u in users]
+    tokens = [api_token_create(user=u)[1] for u in users]
     user_ids = [u.pk for u in users]
     broker_url, extra_env, rabbit = settings.CELERY_BROKER_URL, {}, None
     if args.rabbitmq_cluster:

@@ -9,7 +9,6 @@ import os
 from celery import Celery
 from kombu import Exchange, Queue
 
-from core import worker
 from core.contract import (
     ANALYTICS_QUEUE,
     CREDITS_DEAD_EXCHANGE,
@@ -43,7 +42,9 @@ app.conf.update(
     worker_prefetch_multiplier=8,
     # Keep each worker process's database connection from task to task: Celery's Django fixup otherwise opens a
     # new one for every task, about a millisecond of a two-millisecond credit award. The task_prerun/task_postrun
-    # handlers in core/worker.py keep reuse safe. (Read by celery.fixups.django under this old-style name.)
+    # handlers in core/worker.py keep reuse safe, and its django_fixup_per_task_skip takes the fixup's own per-task
+    # handlers out altogether; this stays for a Celery whose fixup they fail to find. (Read by celery.fixups.django
+    # under this old-style name.)
     CELERY_DB_REUSE_MAX=10_000,
     # Celery's consumer, but setting up native delayed delivery (quorum queues) once per cluster (core/worker.py).
     worker_consumer="core.worker:ClusterConsumer",
@@ -128,5 +129,9 @@ def queues_configure(sender: Celery, source, **kwargs) -> None:
 
 app.autodiscover_tasks()
 
-# The worker's machinery: its signal handlers connect on import; credits.dlx is declared on every connection.
+# The worker's machinery. Its signal handlers connect on import, here after the app was created: Celery's Django fixup
+# connects its worker_init receiver then, and django_fixup_per_task_skip must run after it.
+from core import worker  # noqa: E402
+
+# credits.dlx is declared on every broker connection.
 app.steps["consumer"].add(worker.DeclareCreditsDeadLetterQueue)

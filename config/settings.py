@@ -1,5 +1,6 @@
 """Django settings for creditshop, read from the environment with defaults that work on a developer machine."""
 
+from datetime import timedelta
 from pathlib import Path
 
 from celery.schedules import crontab
@@ -31,8 +32,13 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # Before rest_framework.authtoken: its drf_create_token command makes hashed tokens (accounts/management/).
+    "accounts",
     "rest_framework",
+    # Kept one release for its table of plain-text keys, which accounts' data migration hashed (docs/OPERATIONS.md
+    # "API tokens" says how it is dropped).
     "rest_framework.authtoken",
+    "axes",
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "core",
@@ -40,6 +46,7 @@ INSTALLED_APPS = [
     "outbox",
     "credits",
     "analytics",
+    "demo",
 ]
 
 MIDDLEWARE = [
@@ -53,6 +60,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last, as django-axes asks: turns a locked-out admin login into its refusal page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -108,6 +117,19 @@ DATABASES = {
 DATABASE_ROUTERS = ["config.routers.ServiceRouter"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# django-axes first: it refuses a locked-out login before any password is checked.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+# Admin login throttle (django-axes): failures are counted in the database, so every web process sees them all. After
+# AXES_FAILURE_LIMIT failures from one address, or for one username, logins from there or for it are refused for
+# AXES_COOLOFF_MINUTES (a success first resets the count). Staff see attempts and lockouts under /admin/axes/.
+AXES_FAILURE_LIMIT = env_int("AXES_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("AXES_COOLOFF_MINUTES", 15, minimum=1))
+# Each on its own: an address, or a username. The address is REMOTE_ADDR, the peer gunicorn sees (behind a proxy:
+# docs/OPERATIONS.md, "Admin login throttle").
+AXES_LOCKOUT_PARAMETERS = ["ip_address", "username"]
+AXES_RESET_ON_SUCCESS = True
+AXES_ENABLE_ACCESS_FAILURE_LOG = True
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -138,14 +160,17 @@ API_MAX_BODY_BYTES = 64 * 1024
 DATA_UPLOAD_MAX_MEMORY_SIZE = API_MAX_BODY_BYTES
 
 ORDERS_RATE_LIMIT = env_rate("ORDERS_RATE_LIMIT", "20/second")
-# An API token's user row is cached this long in the shared cache (core/authentication.py); 0 reads it every time.
+# An API token's row (its user, its expiry) is cached this long in Redis (accounts/authentication.py); 0: never.
 API_TOKEN_CACHE_SECONDS = env_int("API_TOKEN_CACHE_SECONDS", 30, minimum=0)
+# The key of the HMAC that API keys are stored as (accounts/keys.py). Changing it invalidates every token; set it
+# apart from DJANGO_SECRET_KEY so rotating that one leaves tokens working.
+API_TOKEN_DIGEST_KEY = env_str("API_TOKEN_DIGEST_KEY", SECRET_KEY)
 # An Idempotency-Key is honoured this long (as the big payment APIs do); a retry after that places a new order.
 IDEMPOTENCY_KEY_RETENTION_HOURS = env_int("IDEMPOTENCY_KEY_RETENTION_HOURS", 24, minimum=1)
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
-        "core.authentication.TokenAuthentication",
+        "accounts.authentication.TokenAuthentication",
         "rest_framework.authentication.SessionAuthentication",
     ],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
@@ -332,5 +357,7 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": LOG_FORMAT, "filters": ["trace_context"]}},
     "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO")},
     # Request logs would carry the Authorization header on errors; django.request logs paths and status only.
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    # django-axes logs each failed login and lockout as a warning; its INFO lines (a banner at every start, the same
+    # failure again) are noise.
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "axes": {"level": "WARNING"}},
 }

@@ -5,7 +5,7 @@ spent more CPU building and compiling their statements than the database spent r
 on the 2-core development VM (docs/PERFORMANCE.md): the three ORM inserts of an order cost about 0.8 ms of CPU,
 about three times the machine time of a whole two-insert transaction in the raw ceiling; the award cost 1.8 ms of
 Python CPU per award with the ORM and 0.4 ms with plain SQL through a cursor, and the consumer must drain 1,000
-awards/s on two cores it shares with MariaDB and RabbitMQ. (core/authentication.py does the same for the token
+awards/s on two cores it shares with MariaDB and RabbitMQ. (accounts/authentication.py does the same for the token
 look-up: 0.52 ms with the ORM, 0.10 ms raw.)
 
 Why from ``_meta``: a statement typed by hand drifts from its model without a sound. Here the table and every column

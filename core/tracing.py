@@ -213,22 +213,32 @@ def links_to(contexts: Iterable[tuple[str, str]]) -> list[Link]:
     return links
 
 
-@contextlib.contextmanager
+# What span() returns when there is no span to make: reusable, and cheaper to enter than a generator's context.
+_NO_SPAN = contextlib.nullcontext()
+
+
 def span(
     name: str,
     *,
     kind: SpanKind = SpanKind.INTERNAL,
     attributes: dict | None = None,
     linked_to: Iterable[tuple[str, str]] = (),
-) -> Iterator[trace.Span | None]:
+) -> contextlib.AbstractContextManager[trace.Span | None]:
     """Run the block in a new current span (a child of the current one), linked to the given trace contexts.
 
     Yields None when tracing is off or the current trace is not recorded (sampled out), so callers setting
-    attributes on the way must check.
+    attributes on the way must check. Use it in the ``with`` statement itself: whether to make a span is decided
+    when it is called.
     """
     if not tracing_enabled() or sampled_out():
-        yield None
-        return
+        return _NO_SPAN
+    return _span(name, kind=kind, attributes=attributes, linked_to=linked_to)
+
+
+@contextlib.contextmanager
+def _span(
+    name: str, *, kind: SpanKind, attributes: dict | None, linked_to: Iterable[tuple[str, str]]
+) -> Iterator[trace.Span]:
     with _tracer().start_as_current_span(name, kind=kind, attributes=attributes, links=links_to(linked_to)) as current:
         yield current
 

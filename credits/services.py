@@ -101,14 +101,25 @@ def award_batch(*, own_transaction: bool) -> str:
 
 
 def _batch_row_counts(connection, cursor, batch: str, params: list) -> list[int]:
-    """Run a multi-statement batch; return each statement's row count, raising the first statement error."""
-    cursor.execute(batch, params)  # through Django, so its execute wrappers (query log, SQL spans) see the batch
-    # The rest on the driver's cursor: Django's two cursor wrappers cost more per call than reading a result does.
+    """Run a multi-statement batch; return each statement's row count, raising the first statement error.
+
+    A later statement's error reaches the client only when its result is read, so the results are read inside the
+    execute call: Django's execute wrappers (the query log, the SQL span) then see the batch fail as one statement.
+    """
+    # The results are read on the driver's cursor: Django's two cursor wrappers cost more per call than a read does.
     driver_cursor = cursor.cursor.cursor
-    counts = [driver_cursor.rowcount]
-    with connection.wrap_database_errors:  # a later statement's error is raised here, when its result is read
-        while driver_cursor.nextset():
-            counts.append(driver_cursor.rowcount)
+    counts = []
+
+    def read_every_result(execute, sql, params, many, context):
+        result = execute(sql, params, many, context)
+        counts.append(driver_cursor.rowcount)
+        with connection.wrap_database_errors:
+            while driver_cursor.nextset():
+                counts.append(driver_cursor.rowcount)
+        return result
+
+    with connection.execute_wrapper(read_every_result):
+        cursor.execute(batch, params)
     return counts
 
 

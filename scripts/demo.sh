@@ -72,7 +72,9 @@ DJANGO_SUPERUSER_PASSWORD=$ADMIN_PASSWORD $PY manage.py createsuperuser --noinpu
   --email admin@example.com >/dev/null 2>&1 || \
   $PY manage.py shell --verbosity 0 -c "from django.contrib.auth import get_user_model as g; u=g().objects.get(username='admin'); u.set_password('$ADMIN_PASSWORD'); u.save()"
 $PY manage.py shell --verbosity 0 -c "from django.contrib.auth import get_user_model as g; g().objects.get_or_create(username='demo')"
-TOKEN=$($PY manage.py drf_create_token demo | awk '{print $3}')
+# A fresh API key each run (only its digest is stored, so the last run's cannot be read back); the old one is revoked.
+$PY manage.py revoke_api_tokens demo --name demo >/dev/null
+TOKEN=$($PY manage.py create_api_token demo --name demo --expires-days 1 | tail -n 1)
 
 echo "==> Starting processes"
 start web .venv/bin/gunicorn config.wsgi --bind "127.0.0.1:$PORT" --workers 4 --threads 2 --worker-class gthread

@@ -90,11 +90,13 @@ if [ ! -x .venv/bin/python ]; then
   log "Creating the virtualenv (.venv)"
   "$PYTHON" -m venv .venv
 fi
-if ! cmp -s requirements.txt .venv/.requirements.installed; then
+# requirements.txt includes the pinned files under requirements/: a change to any of them reinstalls.
+requirements_state() { cat requirements.txt requirements/*.txt; }
+if ! requirements_state | cmp -s - .venv/.requirements.installed; then
   log "Installing Python packages (requirements.txt)"
   .venv/bin/pip install "${QUIET[@]}" --upgrade pip
   .venv/bin/pip install "${QUIET[@]}" -r requirements.txt
-  cp requirements.txt .venv/.requirements.installed
+  requirements_state > .venv/.requirements.installed
 fi
 
 log "Preparing the databases (orders: DATABASE_URL, credits: CREDITS_DATABASE_URL)"

@@ -11,9 +11,9 @@ import pytest
 import requests
 import schemathesis
 from hypothesis import HealthCheck
-from rest_framework.authtoken.models import Token
 from schemathesis.config import SchemathesisConfig
 
+from accounts.services import api_token_create
 from credits.services import credit_award
 from testkit.harness import VENV_BIN
 
@@ -34,7 +34,7 @@ EXAMPLES = hypothesis.settings(max_examples=40, deadline=None, suppress_health_c
 
 @pytest.fixture
 def token(user) -> str:
-    return Token.objects.create(user=user).key
+    return api_token_create(user=user)[1]
 
 
 @pytest.fixture

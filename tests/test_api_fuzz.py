@@ -4,8 +4,8 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from rest_framework.authtoken.models import Token
 
+from accounts.services import api_token_create
 from config.wsgi import application
 from orders.models import Order
 from outbox.models import TransactionLog
@@ -24,7 +24,7 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 @pytest.fixture
 def token(user, settings) -> str:
     settings.ORDERS_RATE_LIMIT = None
-    return Token.objects.create(user=user).key
+    return api_token_create(user=user)[1]
 
 
 @schema.parametrize()

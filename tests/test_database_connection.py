@@ -11,8 +11,8 @@ import MySQLdb
 import pytest
 from django.core.handlers.wsgi import WSGIHandler
 from django.db import connection
-from rest_framework.authtoken.models import Token
 
+from accounts.services import api_token_create
 from orders.models import Order
 
 
@@ -36,7 +36,7 @@ def wsgi_post(handler: WSGIHandler, path: str, body: dict, token: str) -> int:
 @pytest.mark.django_db(transaction=True)
 def test_killed_connection_heals_on_next_request(user):
     handler = WSGIHandler()
-    token = Token.objects.create(user=user).key
+    token = api_token_create(user=user)[1]
     assert wsgi_post(handler, "/api/orders/", {"goods_name": "a", "total": 1}, token) == 201
     with connection.cursor() as cursor:
         cursor.execute("SELECT CONNECTION_ID()")

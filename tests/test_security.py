@@ -8,8 +8,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
+
+from accounts.services import api_token_create
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -37,7 +38,7 @@ def test_check_deploy_is_clean_with_production_settings():
 
 @pytest.mark.django_db
 def test_tokens_never_reach_the_logs(user, caplog):
-    key = Token.objects.create(user=user).key
+    key = api_token_create(user=user)[1]
     good, bad = APIClient(), APIClient()
     good.credentials(HTTP_AUTHORIZATION=f"Token {key}")
     bad.credentials(HTTP_AUTHORIZATION="Token 0123456789abcdef0123456789abcdef01234567")

@@ -23,7 +23,7 @@ from django.db import connections
 from django.utils import timezone
 
 from analytics.models import NightlyRun
-from analytics.seed import seed_demo_data
+from demo.seed import seed_demo_data
 from orders.models import Order
 from testkit.processes import database_url, service_env
 

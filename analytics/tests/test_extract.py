@@ -11,8 +11,8 @@ from django.db import connections
 from django.utils import timezone
 
 from analytics import extract
-from analytics.seed import seed_demo_data
 from credits.models import DeadLetter, OrderCredit
+from demo.seed import seed_demo_data
 from orders.models import Order
 
 pytestmark = [pytest.mark.spark, pytest.mark.django_db(transaction=True)]

@@ -13,14 +13,15 @@ from django.core.management import CommandError, call_command
 from django.db.models import Count, Min, Q, Sum
 from django.utils import timezone
 
+from analytics import load
 from analytics.checks import CHECK_NAMES
 from analytics.models import CheckResult, DailyMetrics, NightlyRun, UserDailyCredits, Violation
 from analytics.period import Period
-from analytics.plant import plant_inconsistencies
 from analytics.runs import run_lock
-from analytics.seed import seed_demo_data
 from credits.models import DeadLetter, OrderCredit
 from credits.services import credit_award
+from demo.plant import plant_inconsistencies
+from demo.seed import seed_demo_data
 from orders.models import Order
 from outbox.models import TransactionLog
 
@@ -150,7 +151,7 @@ def test_analytics_match_the_database(reports, history, spark):
     assert list((report_dir / "parquet" / "user_daily_credits").glob("*.parquet"))
 
 
-def test_repair_reenqueues_through_the_outbox_and_a_rerun_is_clean(reports, history, spark):
+def test_repair_reenqueues_through_the_outbox_and_a_rerun_is_clean(reports, history, spark, monkeypatch):
     day = Order.objects.filter(day_filter(D3)).order_by("id")
     a, b, c, d, e = list(day[10:15])
 
@@ -171,7 +172,24 @@ def test_repair_reenqueues_through_the_outbox_and_a_rerun_is_clean(reports, hist
     user_rows = UserDailyCredits.objects.filter(date=D3).count()
     assert (reports / "parquet" / "violations" / f"date={D3}").exists()
 
+    # Count the reports drawn and written (a spy, no fault): with --repair, once each, after the repair.
+    calls = []
+
+    def spy(name: str) -> None:
+        real = getattr(load, name)
+
+        def counted(day, *args, **kwargs):
+            calls.append((name, day.date))
+            return real(day, *args, **kwargs)
+
+        monkeypatch.setattr(load, name, counted)
+
+    spy("render_day_files")
+    spy("write_day_files")
     call_command("run_nightly_reports", "--date", str(D3), "--repair")
+    monkeypatch.undo()
+    assert calls == [("render_day_files", D3), ("write_day_files", D3)]
+    assert "Re-enqueued 5 messages through the outbox" in (reports / D3.isoformat() / "report.html").read_text()
     repaired = consistency(reports, D3)["repair"]
     assert repaired["reset"] == sorted(o.transaction_id for o in (a, b, d, e))
     assert repaired["created"] == [c.transaction_id]

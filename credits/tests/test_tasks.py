@@ -12,6 +12,7 @@ from django.db.utils import OperationalError as DatabaseOperationalError
 from kombu.exceptions import OperationalError
 from prometheus_client import REGISTRY
 
+from core.logs import TraceContextFilter
 from core.metrics import build_registry
 from credits import outage, services
 from credits.models import DeadLetter, OrderCredit
@@ -141,3 +142,16 @@ def test_a_retry_that_cannot_be_published_is_dead_lettered_with_a_row(user):
     letter = DeadLetter.objects.get()
     assert (letter.reason, letter.attempts) == ("unexpected", 1)
     assert "the retry could not be published" in letter.error
+
+
+def test_the_records_an_award_logs_carry_its_transaction_id_and_later_records_do_not(user, caplog):
+    _, payload = place_order(user=user)
+    caplog.handler.addFilter(TraceContextFilter())
+    with caplog.at_level(logging.ERROR, logger="credits"):
+        run({**payload, "order_id": "seven"})  # dead-lettered: logs an error
+    [record] = [r for r in caplog.records if r.name == "credits.tasks"]
+    assert record.transaction_id == payload["transaction_id"]
+
+    after = logging.LogRecord("credits.tasks", logging.ERROR, __file__, 0, "after the task", None, None)
+    TraceContextFilter().filter(after)
+    assert after.transaction_id == ""

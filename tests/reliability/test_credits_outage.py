@@ -11,8 +11,8 @@ import time
 import pytest
 import requests
 from django.db import connections
-from rest_framework.authtoken.models import Token
 
+from accounts.services import api_token_create
 from core.contract import CREDITS_DEAD_QUEUE
 from credits.tests.support import queue_depth
 from testkit.harness import Ledger, OrderStream, wait_for_credits, wait_until_credited
@@ -46,7 +46,7 @@ def test_orders_flow_and_credits_catch_up_while_the_credits_database_is_down(
     server = credits_on_second_server
     users = [make_user(f"outage{i}") for i in range(4)]
     user_ids = [u.pk for u in users]
-    tokens = [Token.objects.create(user=u).key for u in users]
+    tokens = [api_token_create(user=u)[1] for u in users]
     cluster.start()
     ledger = Ledger()
     stream = OrderStream(cluster.base_url, tokens, rate=RATE, ledger=ledger)

@@ -11,8 +11,8 @@ import time
 import pytest
 from django.db import connection
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 
+from accounts.services import api_token_create
 from config.celery import app
 from core.contract import CREDITS_QUEUE
 from credits.models import OrderCredit
@@ -66,7 +66,7 @@ def run_nightly(cluster, day: str) -> dict:
 def test_nothing_lost_or_doubled_under_faults(cluster, make_user, capsys):
     users = [make_user(f"reliability{i}") for i in range(4)]
     user_ids = [u.pk for u in users]
-    tokens = [Token.objects.create(user=u).key for u in users]
+    tokens = [api_token_create(user=u)[1] for u in users]
     cluster.start()
     ledger = Ledger()
     stream = OrderStream(cluster.base_url, tokens, rate=RATE, ledger=ledger)

@@ -9,8 +9,8 @@ import pytest
 from django.conf import settings
 from django.db import connections
 from kombu import Connection, Exchange, Queue
-from rest_framework.authtoken.models import Token
 
+from accounts.services import api_token_create
 from core.contract import CREDITS_QUEUE, QUEUE_TYPE_QUORUM
 from credits.models import OrderCredit
 from testkit.harness import Cluster, Ledger, OrderStream, wait_for_credits
@@ -72,7 +72,7 @@ def services(rabbitmq_cluster, transactional_db, tmp_path):
 def test_nothing_lost_or_doubled_when_broker_nodes_fail(rabbitmq_cluster, services, make_user, capsys):
     users = [make_user(f"nodeloss{i}") for i in range(4)]
     user_ids = [u.pk for u in users]
-    tokens = [Token.objects.create(user=u).key for u in users]
+    tokens = [api_token_create(user=u)[1] for u in users]
     services.start()
     ledger = Ledger()
     stream = OrderStream(services.base_url, tokens, rate=RATE, ledger=ledger)

@@ -15,8 +15,8 @@ import MySQLdb
 import pytest
 from django.core.management import call_command
 from django.db import connections
-from rest_framework.authtoken.models import Token
 
+from accounts.services import api_token_create
 from testkit.harness import Ledger, OrderStream, wait_for_credits
 
 pytestmark = pytest.mark.slow
@@ -91,7 +91,7 @@ def test_the_ordered_at_migration_runs_while_orders_flow(cluster, credits_on_sec
             )
         users = [make_user(f"migrate{i}") for i in range(4)]
         user_ids = [u.pk for u in users]
-        tokens = [Token.objects.create(user=u).key for u in users]
+        tokens = [api_token_create(user=u)[1] for u in users]
         # The release before's consumer cannot run from this checkout; its writes come from the thread instead.
         cluster.start("web", "relay", "outbox", "beat")
         ledger = Ledger()

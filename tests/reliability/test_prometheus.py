@@ -10,8 +10,8 @@ import time
 from collections.abc import Callable
 
 import pytest
-from rest_framework.authtoken.models import Token
 
+from accounts.services import api_token_create
 from credits.models import OrderCredit
 from testkit.harness import Cluster, Ledger, OrderStream, wait_until_credited
 from testkit.processes import free_port, service_env
@@ -33,7 +33,7 @@ def wait_for(condition: Callable[[], object], *, what: str, timeout: float = 60)
 
 
 def test_the_relay_alert_fires_when_the_relay_stops_and_resolves_when_it_returns(transactional_db, user, tmp_path):
-    token = Token.objects.create(user=user).key
+    token = api_token_create(user=user)[1]
     cluster = Cluster(
         service_env=service_env(),
         workdir=tmp_path / "cluster",

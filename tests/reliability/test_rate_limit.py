@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 import requests
 from django.contrib.auth import get_user_model
-from rest_framework.authtoken.models import Token
 
+from accounts.services import api_token_create
 from orders.models import Order
 
 pytestmark = pytest.mark.slow
@@ -27,7 +27,7 @@ def free_port() -> int:
 def test_a_burst_across_four_workers_gets_exactly_the_limit(cluster):
     # The throttle counts per user id; an id no earlier run used keeps the count in Redis this test's own.
     user = get_user_model().objects.create_user(username="burst", id=random.randrange(10**8, 2**31 - 1))
-    token = Token.objects.create(user=user).key
+    token = api_token_create(user=user)[1]
     cluster.port = free_port()
     cluster.web_workers = 4
     cluster.extra_env["ORDERS_RATE_LIMIT"] = f"{LIMIT}/hour"

@@ -16,8 +16,8 @@ from datetime import date, timedelta
 import pytest
 from django.db import connection
 from django.utils import timezone
-from rest_framework.authtoken.models import Token
 
+from accounts.services import api_token_create
 from analytics.models import NightlyRun
 from analytics.runs import lock_name
 from outbox.models import TransactionLog
@@ -49,7 +49,7 @@ NIGHTLY_DAY = "2001-03-04"
 def orders_flowing(cluster, make_user, *, backends=None):
     """Place orders at RATE while the block runs, then wait until every one is credited; yield the ledger."""
     users = [make_user(f"restart{i}") for i in range(4)]
-    tokens = [Token.objects.create(user=u).key for u in users]
+    tokens = [api_token_create(user=u)[1] for u in users]
     ledger = Ledger()
     stream = OrderStream(backends or cluster.base_url, tokens, rate=RATE, ledger=ledger)
     stream.start()

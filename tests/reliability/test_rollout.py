@@ -14,8 +14,8 @@ import time
 import pytest
 import requests
 from django.db import connections
-from rest_framework.authtoken.models import Token
 
+from accounts.services import api_token_create
 from core.contract import CREDITS_DEAD_QUEUE
 from credits.tests.support import queue_depth
 from testkit.harness import Cluster, Ledger, OrderStream, wait_for_credits, wait_until_credited
@@ -120,7 +120,7 @@ def rollout(cluster):
 def test_version_2_rolls_out_while_orders_flow_and_waits_for_a_consumer_that_knows_it(rollout, make_user, capsys):
     users = [make_user(f"rollout{i}") for i in range(4)]
     user_ids = [u.pk for u in users]
-    tokens = [Token.objects.create(user=u).key for u in users]
+    tokens = [api_token_create(user=u)[1] for u in users]
     rollout.start("web", "relay", "outbox", "beat", "credits", "credits-v1")
     ledger = Ledger()
     old_web = OrderStream(rollout.base_url, tokens, rate=RATE, ledger=ledger, seed=1)

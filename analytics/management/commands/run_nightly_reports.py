@@ -8,8 +8,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 
 from analytics import runs
-from analytics.period import Period, parse_day
+from analytics.period import Period
 from analytics.spark import spark_jvm_stop
+from core.arguments import parse_day
 from core.tracing import tracing_setup
 
 

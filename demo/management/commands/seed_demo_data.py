@@ -6,9 +6,9 @@ from django.core.management.base import BaseCommand, CommandError
 from django.utils import timezone
 from tqdm import tqdm
 
-from analytics.period import parse_day
-from analytics.plant import plant_inconsistencies
-from analytics.seed import seed_demo_data
+from core.arguments import parse_day
+from demo.plant import plant_inconsistencies
+from demo.seed import seed_demo_data
 
 
 class Command(BaseCommand):
@@ -48,5 +48,5 @@ class Command(BaseCommand):
             planted = plant_inconsistencies(day=end, seed=seed)
             self.stdout.write(f"planted on {end} (the ids the nightly checks must report):")
             for name, ids in planted.items():
-                note = "" if ids else "  (not plantable here: see analytics.plant.plant_inconsistencies)"
+                note = "" if ids else "  (not plantable here: see demo.plant.plant_inconsistencies)"
                 self.stdout.write(f"  {name}: {ids}{note}")

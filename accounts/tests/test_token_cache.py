@@ -1,4 +1,4 @@
-"""The API token cache (core/authentication.py): no database query while cached, and never stale after a change."""
+"""The API token cache (accounts/authentication.py): no database query while cached, and never stale after a change."""
 
 import logging
 import math
@@ -8,17 +8,19 @@ import pytest
 from django.core.cache import caches
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from rest_framework.authtoken.models import Token
 from rest_framework.test import APIClient
 
-from core import authentication
+from accounts import authentication
+from accounts.keys import key_digest
+from accounts.models import ApiToken
+from accounts.services import api_token_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def client_for(token: Token) -> APIClient:
+def client_for(key: str) -> APIClient:
     client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {token.key}")
+    client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
     return client
 
 
@@ -27,27 +29,36 @@ def list_orders(client: APIClient):
 
 
 @pytest.fixture
-def token(user) -> Token:
-    return Token.objects.create(user=user)
+def token(user) -> str:
+    """A new API key of the user's."""
+    return api_token_create(user=user)[1]
+
+
+def delete_token(key: str) -> None:
+    ApiToken.objects.get(digest=key_digest(key)).delete()
+
+
+def cache_key(key: str) -> str:
+    return authentication.token_cache_key(key_digest(key))
 
 
 def token_queries(client: APIClient) -> list[str]:
     """Return the SQL statements of one request that read the token table."""
     with CaptureQueriesContext(connection) as ctx:
         assert list_orders(client).status_code == 200
-    return [q["sql"] for q in ctx.captured_queries if Token._meta.db_table in q["sql"]]
+    return [q["sql"] for q in ctx.captured_queries if ApiToken._meta.db_table in q["sql"]]
 
 
 def test_a_cached_token_authenticates_without_reading_the_database(token):
     client = client_for(token)
     assert len(token_queries(client)) == 1  # first use: read and cached
     assert token_queries(client) == []
-    assert caches["default"].get(authentication.token_cache_key(token.key)) is not None
+    assert caches["default"].get(cache_key(token)) is not None
 
 
 def test_the_cached_user_is_the_user_as_read_from_the_database(token, user):
-    authentication.user_by_token(token.key)  # caches the row
-    cached = authentication.user_by_token(token.key)
+    authentication.token_by_key(token)  # caches the row
+    cached = authentication.token_by_key(token).user
     fields = [field.attname for field in type(user)._meta.concrete_fields]
     user.refresh_from_db()
     assert [getattr(cached, f) for f in fields] == [getattr(user, f) for f in fields]
@@ -56,12 +67,13 @@ def test_the_cached_user_is_the_user_as_read_from_the_database(token, user):
 
 
 def test_the_cache_never_holds_the_password_hash_and_a_cached_user_still_reads_and_keeps_it(token, user):
-    authentication.user_by_token(token.key)
-    row = caches["default"].get(authentication.token_cache_key(token.key))
+    authentication.token_by_key(token)
+    row, token_id, expires_at = caches["default"].get(cache_key(token))
     user.refresh_from_db()
-    assert user.password and user.password not in row
+    assert user.password and user.username in row and user.password not in row
+    assert (token_id, expires_at) == (ApiToken.objects.get(user=user).pk, None)
 
-    cached = authentication.user_by_token(token.key)
+    cached = authentication.token_by_key(token).user
     assert "password" in cached.get_deferred_fields()
     cached.first_name = "Alice"
     cached.save()
@@ -70,16 +82,16 @@ def test_the_cache_never_holds_the_password_hash_and_a_cached_user_still_reads_a
 
 
 def test_the_cache_holds_a_digest_of_the_key_never_the_key(token):
-    authentication.user_by_token(token.key)
-    assert token.key not in authentication.token_cache_key(token.key)
+    authentication.token_by_key(token)
+    assert token not in cache_key(token)
     raw = caches["default"]._cache.get_client(write=False)
-    assert [k for k in raw.scan_iter(match=f"*{token.key}*")] == []
+    assert [k for k in raw.scan_iter(match=f"*{token}*")] == []
 
 
 def test_a_deleted_token_is_refused_at_once(token):
     client = client_for(token)
     assert list_orders(client).status_code == 200
-    token.delete()
+    delete_token(token)
     assert list_orders(client).status_code == 401
 
 
@@ -101,32 +113,32 @@ def test_a_deleted_user_is_refused_at_once(token, user):
 
 
 def test_a_change_to_the_user_is_seen_by_the_next_request(token, user):
-    assert authentication.user_by_token(token.key).is_staff is False
+    assert authentication.token_by_key(token).user.is_staff is False
     user.is_staff = True
     user.save()
-    assert authentication.user_by_token(token.key).is_staff is True
+    assert authentication.token_by_key(token).user.is_staff is True
 
 
 def test_a_change_rolled_back_leaves_the_cache_right(token, user):
     from django.db import transaction
 
-    authentication.user_by_token(token.key)
+    authentication.token_by_key(token)
     with pytest.raises(RuntimeError), transaction.atomic():
         user.is_active = False
         user.save()
         raise RuntimeError("rolled back")
-    assert authentication.user_by_token(token.key).is_active is True
+    assert authentication.token_by_key(token).user.is_active is True
 
 
 def test_a_token_deleted_inside_a_transaction_is_forgotten_again_on_commit(token):
     from django.db import transaction
 
-    cache_key = authentication.token_cache_key(token.key)
+    cached = cache_key(token)
     with transaction.atomic():
-        token.delete()
+        delete_token(token)
         # A request on another connection still sees the token until the commit, and caches it again.
-        caches["default"].set(cache_key, ("stale",), timeout=30)
-    assert caches["default"].get(cache_key) is None
+        caches["default"].set(cached, ("stale",), timeout=30)
+    assert caches["default"].get(cached) is None
 
 
 def test_with_the_cache_off_every_request_reads_the_database(token, settings):
@@ -134,7 +146,7 @@ def test_with_the_cache_off_every_request_reads_the_database(token, settings):
     client = client_for(token)
     assert len(token_queries(client)) == 1
     assert len(token_queries(client)) == 1
-    assert caches["default"].get(authentication.token_cache_key(token.key)) is None
+    assert caches["default"].get(cache_key(token)) is None
 
 
 def closed_port() -> int:
@@ -149,12 +161,12 @@ def test_with_the_cache_down_tokens_are_read_from_the_database_with_one_warning(
     monkeypatch.setattr(authentication.cache_down, "last_warning_at", -math.inf)
     client = client_for(token)
 
-    with caplog.at_level(logging.WARNING, logger="core.authentication"):
+    with caplog.at_level(logging.WARNING, logger="accounts.authentication"):
         assert list_orders(client).status_code == 200
         assert list_orders(client).status_code == 200
-        token.delete()  # the write succeeds with the cache down
+        delete_token(token)  # the write succeeds with the cache down
         assert list_orders(client).status_code == 401
 
-    warnings = [r for r in caplog.records if r.name == "core.authentication" and r.levelno == logging.WARNING]
+    warnings = [r for r in caplog.records if r.name == "accounts.authentication" and r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert "token cache off" in warnings[0].getMessage()

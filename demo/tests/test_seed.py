@@ -7,9 +7,9 @@ from django.core.management import call_command
 from django.db import connections
 from django.db.models import Max, Min, Sum
 
-from analytics.plant import plant_inconsistencies
-from analytics.seed import seed_demo_data
 from credits.models import CreditBalance, OrderCredit
+from demo.plant import plant_inconsistencies
+from demo.seed import seed_demo_data
 from orders.models import Order
 from outbox.models import TransactionLog
 

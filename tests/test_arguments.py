@@ -1,4 +1,4 @@
-"""Command-line days: parsed strictly, refused with a message naming the expected form."""
+"""Command-line days: parsed strictly, refused with a message naming the expected form, by every command taking one."""
 
 from argparse import ArgumentTypeError
 from datetime import date
@@ -6,7 +6,7 @@ from datetime import date
 import pytest
 from django.core.management import CommandError, call_command
 
-from analytics.period import parse_day
+from core.arguments import parse_day
 
 
 def test_parse_day():
