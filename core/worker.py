@@ -3,9 +3,9 @@
 config/celery.py holds the settings and the queues; this module is the worker's machinery, connected when that
 module imports it: the consumer's boot steps (credits.dlx declared on every connection, native delayed delivery set
 up once per cluster), the database checks before and after each task (and Celery's Django fixup kept out of them),
-the interruption of long tasks on shutdown,
-tracing started where tasks run, and the log context on Celery's handlers. Time limits are settings
-(CELERY_TASK_SOFT_TIME_LIMIT, CELERY_TASK_TIME_LIMIT, the nightly run's in CELERY_TASK_ANNOTATIONS).
+the interruption of long tasks on shutdown, tracing started where tasks run, and the log context on Celery's
+handlers. Time limits are settings (CELERY_TASK_SOFT_TIME_LIMIT, CELERY_TASK_TIME_LIMIT, the nightly run's in
+CELERY_TASK_ANNOTATIONS).
 """
 
 import contextlib
