@@ -2,8 +2,8 @@
 
 import pytest
 
-from testkit.harness import Cluster
-from testkit.processes import free_port, service_env
+from tests.processes import free_port, service_env
+from tests.reliability.harness import Cluster
 
 
 @pytest.fixture(scope="module")

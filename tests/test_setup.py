@@ -4,8 +4,8 @@ import subprocess
 
 import pytest
 
-from testkit.harness import ROOT
-from testkit.processes import free_port, mysql_url, service_env
+from tests.processes import free_port, mysql_url, service_env
+from tests.reliability.harness import ROOT
 
 pytestmark = pytest.mark.slow
 
