@@ -10,6 +10,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from django.conf import settings
 from django.db import connections
@@ -82,6 +83,23 @@ def queue_depth(name: str) -> int:
     """Return how many ready (not yet delivered) messages a queue holds."""
     with Connection(settings.CELERY_BROKER_URL) as conn:
         return app.amqp.queues[name].bind(conn.default_channel).queue_declare(passive=True).message_count
+
+
+def queue_unacknowledged(name: str) -> int:
+    """Return how many of a queue's messages a consumer holds, delivered and not yet acknowledged (rabbitmqctl)."""
+    vhost = unquote(urlsplit(settings.CELERY_BROKER_URL.split(";")[0]).path[1:]) or "/"
+    listing = subprocess.run(
+        ["rabbitmqctl", "-q", "list_queues", "--no-table-headers", "-p", vhost, "name", "messages_unacknowledged"],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    ).stdout
+    for line in listing.splitlines():
+        fields = line.split()
+        if len(fields) == 2 and fields[0] == name and fields[1].isdigit():
+            return int(fields[1])
+    return 0
 
 
 # --- faults injected at the database ------------------------------------------------------------------------------
