@@ -14,14 +14,9 @@ from accounts import authentication
 from accounts.keys import key_digest
 from accounts.models import ApiToken
 from accounts.services import api_token_create
+from accounts.tests.support import client_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def client_for(key: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
-    return client
 
 
 def list_orders(client: APIClient):

@@ -15,21 +15,15 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 from rest_framework.authtoken.models import Token, TokenProxy
-from rest_framework.test import APIClient
 
 from accounts import authentication
 from accounts.keys import key_digest, key_prefix
 from accounts.models import ApiToken
 from accounts.services import api_token_create
+from accounts.tests.support import client_for
 from core.errors import ApplicationError
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def client_for(key: str) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Token {key}")
-    return client
 
 
 def get_orders(key: str):
