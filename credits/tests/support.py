@@ -20,7 +20,7 @@ from config.celery import app
 from core.contract import CREDITS_DEAD_QUEUE, CREDITS_QUEUE
 from orders.services import order_create
 from outbox.models import TransactionLog
-from tests.processes import service_env
+from testkit.processes import service_env
 
 AWARD_TASK = "credits.award_credits"
 CREDITS = "credits"
