@@ -13,8 +13,8 @@ from django.core.cache import caches
 from orders.services import order_create
 from outbox import bell, wakeup
 from outbox.tasks import sweep
-from outbox.tests.conftest import BASE_DIR, PYTHON
-from tests.processes import service_env
+from outbox.tests.support import BASE_DIR, PYTHON
+from testkit.processes import service_env
 
 
 def raw_client():
