@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from tests.processes import free_port, service_env
+from testkit.processes import free_port, service_env
 
 pytestmark = pytest.mark.slow
 
