@@ -76,7 +76,6 @@ def run(
     burst: int = 0,
     bursts: int = 0,
     pool: str = "solo",
-    web_nice: int = 0,
 ) -> dict:
     from django.contrib.auth import get_user_model
 
@@ -105,8 +104,6 @@ def run(
                 solo = [str(Path(sys.executable).parent / "celery"), "-A", "config", "worker", "-Q", "credits", "-P"]
                 commands["credits"] = [*solo, "solo", "-n", "credits1@%h", "-l", "INFO"]
                 commands["credits2"] = [*solo, "solo", "-n", "credits2@%h", "-l", "INFO"]
-            if web_nice:
-                commands["web"] = ["nice", "-n", str(web_nice), *commands["web"]]
             return commands
 
     cluster = E2ECluster(
@@ -163,9 +160,6 @@ def main() -> None:
     parser.add_argument(
         "--pool", choices=("solo", "prefork"), default="solo", help="two solo consumers (as deployed) or prefork -c 2"
     )
-    parser.add_argument(
-        "--web-nice", type=int, default=0, help="run gunicorn at this niceness (the relay and consumers first)"
-    )
     args = parser.parse_args()
     if args.burst < 0 or args.bursts < 1 or args.repeat < 1:
         parser.error("--burst must be >= 0, --bursts and --repeat >= 1")
@@ -183,7 +177,7 @@ def main() -> None:
     for round_number in range(1, args.repeat + 1):
         for name, polling in designs:
             load = {"rate": args.rate, "seconds": args.seconds, "burst": args.burst, "bursts": args.bursts}
-            result = run(polling=polling, pool=args.pool, web_nice=args.web_nice, **load)
+            result = run(polling=polling, pool=args.pool, **load)
             rows.append((round_number, name, result))
     print()
     print("| run | design | orders | credited | commit to credit p50 | p99 | max | to relayed p50 | p99 | non-201 |")
