@@ -24,7 +24,6 @@ from outbox.models import TransactionLog
 from outbox.publisher import Publisher
 from testkit.processes import service_env
 
-AWARD_TASK = "credits.award_credits"
 CREDITS = "credits"
 
 
