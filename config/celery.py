@@ -6,9 +6,10 @@ What runs inside a worker around the tasks (boot steps, database checks, tracing
 
 import os
 
-from celery import Celery
+from celery import Celery, signals
 from kombu import Exchange, Queue
 
+from core.celery_publish import time_limits_left_to_workers
 from core.contract import (
     ANALYTICS_QUEUE,
     CREDITS_DEAD_EXCHANGE,
@@ -129,6 +130,9 @@ def queues_configure(sender: Celery, source, **kwargs) -> None:
 
 
 app.autodiscover_tasks()
+
+# Time limits are the running worker's settings, never the publisher's (core/celery_publish.py).
+signals.before_task_publish.connect(time_limits_left_to_workers, weak=False)
 
 # The worker's machinery. Its signal handlers connect on import, here after the app was created: Celery's Django fixup
 # connects its worker_init receiver then, and django_fixup_per_task_skip must run after it.

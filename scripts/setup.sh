@@ -71,6 +71,22 @@ if ! as_root rabbitmqctl -q status >/dev/null 2>&1; then
   as_root timeout 120 rabbitmqctl -q await_startup || { echo "RabbitMQ did not start" >&2; exit 1; }
 fi
 
+# The nightly run's message stays unacknowledged for the whole run (acks are late), up to the task's hard time limit,
+# ANALYTICS_RUN_TIMEOUT_SECONDS + 120 s (3 h 2 min by default). RabbitMQ closes a channel whose delivery stays
+# unacknowledged past its consumer_timeout (30 min by default), so it is raised to the run's timeout + 1 h, at once
+# and in rabbitmq.conf for the next start. Hung awards are the workers' time limits' job (docs/OPERATIONS.md).
+consumer_timeout_ms=$(( (${ANALYTICS_RUN_TIMEOUT_SECONDS:-10800} + 3600) * 1000 ))
+current_ms=$(as_root rabbitmqctl -q eval 'application:get_env(rabbit, consumer_timeout).' | tr -dc '0-9')
+if [ -n "$current_ms" ] && [ "$current_ms" -lt "$consumer_timeout_ms" ]; then
+  log "Raising RabbitMQ's consumer_timeout to ${consumer_timeout_ms} ms (the nightly run holds its message)"
+  as_root rabbitmqctl -q eval "application:set_env(rabbit, consumer_timeout, ${consumer_timeout_ms})." >/dev/null
+  conf=/etc/rabbitmq/rabbitmq.conf
+  if [ -d /etc/rabbitmq ]; then
+    as_root sed -i '/^consumer_timeout *=/d' "$conf" 2>/dev/null || true
+    echo "consumer_timeout = ${consumer_timeout_ms}" | as_root tee -a "$conf" >/dev/null
+  fi
+fi
+
 # Redis holds only the rate-limit counters: nothing to persist, so no snapshots and no append-only file.
 if ! redis-cli -h 127.0.0.1 -p 6379 ping >/dev/null 2>&1; then
   log "Starting Redis"

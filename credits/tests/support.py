@@ -24,7 +24,6 @@ from outbox.models import TransactionLog
 from outbox.publisher import Publisher
 from testkit.processes import service_env
 
-AWARD_TASK = "credits.award_credits"
 CREDITS = "credits"
 
 
@@ -37,9 +36,7 @@ def place_order(*, user, total: int = 3) -> tuple[int, dict]:
 def publish(*payloads: dict) -> None:
     """Publish credits messages through the relay's own publisher, in one batch, and require the broker's confirms.
 
-    Not app.send_task: since Celery 5.7 it stamps the task's time limits into the message (its `timelimit` header)
-    once the task is registered in the publishing process, and a worker obeys a message's limits over its own
-    settings. The relay's messages carry none (outbox/messages.py); a test's must not either.
+    The messages are the relay's own (outbox/messages.py), headers and all, as the workers receive them in production.
     """
     messages = [ClaimedMessage(id=payload["transaction_id"], payload=payload, attempts=0) for payload in payloads]
     publisher = Publisher()

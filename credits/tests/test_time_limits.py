@@ -7,9 +7,9 @@ import pytest
 from django.conf import settings
 
 from config.celery import app
-from core.contract import CREDITS_QUEUE, RUN_NIGHTLY_TASK
+from core.contract import AWARD_CREDITS_TASK, CREDITS_QUEUE, RUN_NIGHTLY_TASK
 from credits.models import CreditBalance, DeadLetter, OrderCredit
-from credits.tests.support import AWARD_TASK, place_order, publish, queue_depth, wait_until
+from credits.tests.support import place_order, publish, queue_depth, wait_until
 
 
 def test_every_task_has_a_soft_then_a_hard_time_limit():
@@ -34,10 +34,10 @@ def test_a_hung_award_is_stopped_at_the_hard_limit_and_its_message_awarded_once_
     order_id, payload = place_order(user=user, total=5)
     db_faults.set(order_id, sleep=6)  # the award's INSERT hangs in the database, past both limits
     publish(payload)
-    hard_limit = rf"Hard time limit \([\d.]+s\) exceeded for {re.escape(AWARD_TASK)}"
+    hard_limit = rf"Hard time limit \([\d.]+s\) exceeded for {re.escape(AWARD_CREDITS_TASK)}"
     wait_until(lambda: worker.count(hard_limit), timeout=60, what="the hard time limit to stop the award")
     db_faults.clear(order_id)
-    succeeded = rf"Task {re.escape(AWARD_TASK)}\[[^\]]+\] succeeded in [^:]+: '(\w+)'"
+    succeeded = rf"Task {re.escape(AWARD_CREDITS_TASK)}\[[^\]]+\] succeeded in [^:]+: '(\w+)'"
     wait_until(lambda: re.findall(succeeded, worker.log()), timeout=60, what="the message to be awarded")
     assert OrderCredit.objects.filter(order_id=order_id).count() == 1
     assert CreditBalance.objects.get(user_id=user.pk).balance == 10

@@ -9,10 +9,9 @@ import pytest
 from django.db.models import Sum
 
 from config.celery import app
-from core.contract import CREDITS_DEAD_QUEUE, CREDITS_QUEUE
+from core.contract import AWARD_CREDITS_TASK, CREDITS_DEAD_QUEUE, CREDITS_QUEUE
 from credits.models import CreditBalance, DeadLetter, OrderCredit
 from credits.tests.support import (
-    AWARD_TASK,
     dead_queue_take,
     place_order,
     publish,
@@ -32,12 +31,12 @@ LOG_TIME = r"\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}): "
 
 def outcomes(*workers, task_id: str = r"[^\]]+") -> list[str]:
     """Return the outcome of every finished award in the workers' logs ('awarded' or 'duplicate')."""
-    pattern = rf"Task {re.escape(AWARD_TASK)}\[{task_id}\] succeeded in [^:]+: '(\w+)'"
+    pattern = rf"Task {re.escape(AWARD_CREDITS_TASK)}\[{task_id}\] succeeded in [^:]+: '(\w+)'"
     return [outcome for worker in workers for outcome in re.findall(pattern, worker.log())]
 
 
 def logged_at(worker, what: str, task_id: str) -> datetime:
-    match = re.search(LOG_TIME + rf"[^\]]+\] Task {re.escape(AWARD_TASK)}\[{task_id}\] {what}", worker.log())
+    match = re.search(LOG_TIME + rf"[^\]]+\] Task {re.escape(AWARD_CREDITS_TASK)}\[{task_id}\] {what}", worker.log())
     assert match, f"no '{what}' line for {task_id} in {worker.name}"
     return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f")
 
@@ -227,9 +226,13 @@ def test_a_failure_that_never_recovers_is_dead_lettered_after_the_retries_then_r
 def test_malformed_messages_are_dead_lettered_at_once(start_worker, user):
     _, payload = place_order(user=user)
     worker = start_worker("strict", **FAST_RETRIES)
-    app.send_task(AWARD_TASK, kwargs={"message": {**payload, "total": "ten"}}, task_id="m-total", queue=CREDITS_QUEUE)
-    app.send_task(AWARD_TASK, kwargs={"message": {**payload, "schema_version": 0}}, task_id="m-v0", queue=CREDITS_QUEUE)
-    app.send_task(AWARD_TASK, args=[payload], task_id="m-args", queue=CREDITS_QUEUE)
+    app.send_task(
+        AWARD_CREDITS_TASK, kwargs={"message": {**payload, "total": "ten"}}, task_id="m-total", queue=CREDITS_QUEUE
+    )
+    app.send_task(
+        AWARD_CREDITS_TASK, kwargs={"message": {**payload, "schema_version": 0}}, task_id="m-v0", queue=CREDITS_QUEUE
+    )
+    app.send_task(AWARD_CREDITS_TASK, args=[payload], task_id="m-args", queue=CREDITS_QUEUE)
     wait_until(lambda: DeadLetter.objects.count() == 3, what="three dead letters")
     letters = {d.message_id: d for d in DeadLetter.objects.all()}
     assert {k: (d.reason, d.attempts) for k, d in letters.items()} == {
