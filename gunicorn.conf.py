@@ -13,6 +13,14 @@ import importlib
 # the web must exceed it (docs/OPERATIONS.md, "Stopping and restarting").
 graceful_timeout = 10
 
+# An idle keep-alive connection stays open this long. It must outlast the idle timeout of whatever holds connections
+# to gunicorn (a load balancer: 60 s on AWS's ALB and nginx's upstream default), so that the client side always closes
+# first: when gunicorn closes a connection just as a request is sent on it, that request fails (a reset, or "remote
+# end closed connection"). With gunicorn's default of 2 s, clients pausing about 2 s between bursts of 150 requests
+# saw 21 such failures in 1,800 requests; with 75 s none (2026-11-25, docs/PERFORMANCE.md). An idle connection costs
+# a gthread worker a socket in its poller, no thread.
+keepalive = 75
+
 # Third-party modules the application imports that need no Django settings, imported once in the master so every
 # worker forked on start or on HUP inherits them: a worker's boot (import config.wsgi and the URLconf) went from
 # 0.67 s to 0.2 s of CPU (2026-11-24, shared machine at load average 10). The application's own modules (config and

@@ -21,7 +21,8 @@ from core.contract import (
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
-app = Celery("creditshop")
+# Every task derives from core.worker.WorkerTask: the per-task database checks as a call around the run.
+app = Celery("creditshop", task_cls="core.worker:WorkerTask")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.conf.update(
     # JSON only: messages are read by other services and by people in the dead-letter queue.

@@ -202,11 +202,13 @@ SPECTACULAR_SETTINGS = {
 # Short socket timeouts: when Redis is unreachable the throttle fails open (core/throttling.py) and an order
 # request should lose at most a second finding that out, not hang.
 REDIS_URL = env_str("REDIS_URL", "redis://127.0.0.1:6379/0")
+# Every process of one deployment must use the same prefix: the web rings the relay loop's bell under it.
+CACHE_KEY_PREFIX = env_str("CACHE_KEY_PREFIX", "creditshop")
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
-        "KEY_PREFIX": "creditshop",
+        "KEY_PREFIX": CACHE_KEY_PREFIX,
         "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 1.0},
     }
 }

@@ -34,13 +34,14 @@ def transaction_bound(transaction_id: str) -> Iterator[None]:
 def transaction_bind(transaction_id: str) -> None:
     """Tag the records logged from here to the end of the current request or task with this transaction id.
 
-    For code that learns the id halfway through (the order request); the request or task start clears it.
+    For code that learns the id halfway through (the order request); the next request's start clears it, and a task
+    that binds it unbinds it when its run ends (credits/tasks.py).
     """
     _transaction_id.set(transaction_id)
 
 
 def transaction_unbind(**signal_kwargs) -> None:
-    """Forget the transaction id bound to the current context (a new request or task starts)."""
+    """Forget the transaction id bound to the current context (a new request starts, a task's run ends)."""
     _transaction_id.set("")
 
 

@@ -2,7 +2,8 @@
 
 config/celery.py holds the settings and the queues; this module is the worker's machinery, connected when that
 module imports it: the consumer's boot steps (credits.dlx declared on every connection, native delayed delivery set
-up once per cluster), the database checks before and after each task (and Celery's Django fixup kept out of them),
+up once per cluster), the task class every task derives from (WorkerTask: the database checks before and after each
+task, as a call around its run; Celery's Django fixup kept out of them),
 the interruption of long tasks on shutdown, tracing started where tasks run, and the log context on Celery's
 handlers. Time limits are settings (CELERY_TASK_SOFT_TIME_LIMIT, CELERY_TASK_TIME_LIMIT, the nightly run's in
 CELERY_TASK_ANNOTATIONS).
@@ -15,7 +16,8 @@ import signal
 import threading
 import time
 
-from celery import bootsteps, signals, states
+from celery import bootsteps, signals
+from celery.contrib.django.task import DjangoTask
 from celery.fixups.django import DjangoFixup
 from celery.worker.consumer import Consumer
 from celery.worker.consumer.delayed_delivery import DelayedDelivery
@@ -77,14 +79,37 @@ class ClusterConsumer(Consumer):
 
 # How often a worker thread checks its database connections before a task. Checking before every task, as Django
 # does per request, put a ping round trip in front of each credit award: a quarter of its time (py-spy). A connection
-# that dies between checks fails one task with a transient error; the task is retried, and task_postrun below has
-# replaced the connection by then.
+# that dies between checks fails one task with a transient error; the task is retried, and the failed run has closed
+# the connection by then (WorkerTask below).
 DB_CHECK_INTERVAL_SECONDS = 1.0
 _db_checked = threading.local()
 
 
-@signals.task_prerun.connect
-def database_connections_refresh(task=None, **kwargs) -> None:
+class WorkerTask(DjangoTask):
+    """Every task's class (config/celery.py): each run in a worker checks the database connections first (at most
+    once a second per thread) and closes them if it fails (a failed query can leave one unusable unnoticed).
+
+    A call around the run, not task_prerun/task_postrun receivers: Celery's tracer sends those signals only when some
+    receiver is connected, and sending them (the signal machinery, its keyword arguments, each receiver's call) was
+    about 4% of a credit award's worker CPU (cProfile, bench_credits.py). Celery already calls the task object
+    rather than its run in a worker (its stack protection counts as an override of __call__), so this costs no
+    extra call. Direct calls and eager runs go through Celery's own __call__, and leave the caller's connections alone.
+    """
+
+    def __call__(self, *args, **kwargs):
+        stack = self.request_stack
+        request = stack.top
+        if request is None or request.called_directly or request.is_eager or len(stack) != 1:
+            return super().__call__(*args, **kwargs)
+        database_connections_refresh(task=self)
+        try:
+            return self.run(*args, **kwargs)
+        except BaseException:  # Retry and Reject too: the database may be why
+            connections.close_all()
+            raise
+
+
+def database_connections_refresh(task=None) -> None:
     """Like Django per request, but at most once a second: close connections past CONN_MAX_AGE, health-check on use."""
     if getattr(task.request, "is_eager", False):
         return
@@ -98,23 +123,16 @@ def database_connections_refresh(task=None, **kwargs) -> None:
 def django_fixup_per_task_skip(sender=None, **kwargs) -> None:
     """Take Celery's Django fixup out of every task run, its work being done here or needing none.
 
-    Before and after each task it counts toward CELERY_DB_REUSE_MAX (the handlers above and below manage the
-    connections instead: CONN_MAX_AGE, health checks, close after a failure) and closes Django's caches (the Redis
-    cache's close does nothing); two of six receivers per task, about 3% of a credit award's CPU (cProfile). The
-    fixup connects them from its own worker_init receiver, connected when the app was created, so before this one.
-    Its other work (closing connections a prefork child inherited, django.setup) stays.
+    Before and after each task it counts toward CELERY_DB_REUSE_MAX (WorkerTask manages the connections instead:
+    CONN_MAX_AGE, health checks, close after a failure) and closes Django's caches (the Redis cache's close does
+    nothing); two of six receivers per task, about 3% of a credit award's CPU (cProfile). The fixup connects them
+    from its own worker_init receiver, connected when the app was created, so before this one. Its other work
+    (closing connections a prefork child inherited, django.setup) stays.
     """
     for fixup in sender.app._fixups:
         if isinstance(fixup, DjangoFixup) and fixup._worker_fixup is not None:
             signals.task_prerun.disconnect(fixup.worker_fixup.on_task_prerun)
             signals.task_postrun.disconnect(fixup.worker_fixup.on_task_postrun)
-
-
-@signals.task_postrun.connect
-def database_connections_close_after_failure(task=None, state=None, **kwargs) -> None:
-    """Close the connections after a task that did not succeed: a failed query can leave one unusable unnoticed."""
-    if state != states.SUCCESS and not getattr(task.request, "is_eager", False):
-        connections.close_all()
 
 
 @signals.worker_shutting_down.connect

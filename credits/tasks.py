@@ -9,7 +9,7 @@ import math
 from datetime import datetime
 from typing import Any, NoReturn
 
-from celery import Task, shared_task, signals
+from celery import Task, shared_task
 from celery.exceptions import Reject, Retry
 from django.conf import settings
 from django.db import DatabaseError, connections
@@ -247,9 +247,17 @@ def award_credits(self: Task, *args: Any, **kwargs: Any) -> str:
 
     Any other call shape is a malformed message, dead-lettered like the rest rather than failing inside Celery.
     """
-    # The task id is the outbox transaction id: every record logged from here to the task's end carries it
-    # (task_postrun unbinds it). Here rather than in a task_prerun receiver: one receiver fewer per task.
+    # The task id is the outbox transaction id: every record the award logs carries it. Bound and unbound here rather
+    # than by task_prerun/task_postrun receivers, which Celery's tracer would signal for every task (core/worker.py);
+    # the lines Celery logs itself once the run returned (a retry, a failure) name the id in their text.
     transaction_bind(str(self.request.id))
+    try:
+        return _award(self, args, kwargs)
+    finally:
+        transaction_unbind()
+
+
+def _award(self: Task, args: tuple, kwargs: dict) -> str:
     well_formed_call = not args and set(kwargs) == {"message"}
     payload = kwargs["message"] if well_formed_call else {"args": list(args), "kwargs": kwargs}
     try:
@@ -275,8 +283,3 @@ def award_credits(self: Task, *args: Any, **kwargs: Any) -> str:
     if award.created and (age := message_age_seconds(self.request)) is not None:
         metrics.ORDER_TO_CREDIT.observe(age)
     return outcome
-
-
-@signals.task_postrun.connect
-def _log_context_unbind(**kwargs) -> None:
-    transaction_unbind()

@@ -1,4 +1,5 @@
-"""The dedicated relay's loop: drain what is due, poll less often while idle, back off through outages."""
+"""The dedicated relay's loop: drain what is due, wait for the web's bell or poll less often while idle, back off
+through outages."""
 
 import logging
 import threading
@@ -6,6 +7,7 @@ import threading
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connections
 
+from outbox.bell import Listener
 from outbox.drain import BrokerUnavailable, drain
 from outbox.outage import OutageLog, outage_backoff
 from outbox.publisher import Publisher
@@ -21,13 +23,17 @@ def run_relay_loop(
     publisher: Publisher | None = None,
     batch_size: int | None = None,
     idle_seconds: float | None = None,
+    listener: Listener | None = None,
 ) -> int:
     """Relay until `stop` is set, finishing the batch in hand; return how many messages were published.
 
-    When nothing is due the poll interval doubles from 50 ms up to OUTBOX_IDLE_SECONDS; while the broker or the
-    database is down it backs off up to 30 s, warning once per outage and then once a minute.
+    Between drains it waits on the bell in Redis (outbox/bell.py), which the web rings after each commit (folded to
+    one ring per OUTBOX_WAKE_INTERVAL_SECONDS), for up to OUTBOX_IDLE_SECONDS. While Redis does not answer it polls
+    instead: 50 ms after a drain that published, doubling up to OUTBOX_IDLE_SECONDS while nothing is due. While the
+    broker or the database is down it backs off up to 30 s, warning once per outage and then once a minute.
     """
     publisher = publisher or Publisher()
+    listener = listener or Listener()
     idle_max = idle_seconds or settings.OUTBOX_IDLE_SECONDS
     idle = IDLE_FIRST_SECONDS
     broker, database = OutageLog("broker", log=logger), OutageLog("database", log=logger)
@@ -55,8 +61,9 @@ def run_relay_loop(
             broker_failures = database_failures = 0
             total += published
             idle = IDLE_FIRST_SECONDS if published else min(idle * 2, idle_max)
-            stop.wait(idle)
+            listener.wait(idle_max if listener.live else idle, stop)
     finally:
+        listener.close()
         publisher.close()
         connections.close_all()
     return total

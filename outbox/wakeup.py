@@ -1,4 +1,5 @@
-"""Wake-ups: after an order commits, tell a relay through an ``outbox.relay`` task that rows are waiting.
+"""Wake-ups: after an order commits, tell a relay that rows are waiting: ring a live relay loop's bell in Redis
+(outbox/bell.py), or else send an ``outbox.relay`` task.
 
 The hook runs in the request thread, so there it only sets a flag. One background thread per process sends the task.
 Wake-ups that arrive while a send is in flight, or within OUTBOX_WAKE_INTERVAL_SECONDS of the previous send, fold
@@ -11,8 +12,9 @@ with the interval as its expiry). While another process holds it, that process's
 less than an interval ago, so this one tries again once the gate has expired: still a send after every commit, but
 at most one per interval for the whole web tier. Without the gate, four gunicorn workers under load sent up to four
 wake-ups per interval, each a worker's drain of a few rows: in one bench_orders.py round (2026-11-24, shared
-machine) the whole host's CPU per order was 14.1 ms with them and 7.4 ms with wake-ups all but off. When the cache
-does not answer, the thread sends anyway.
+machine) the whole host's CPU per order was 14.1 ms with them and 7.4 ms with wake-ups all but off. The same script
+that takes the gate rings the bell when a relay loop listens (one round trip either way); a task is sent only when
+none does. When the cache does not answer, the thread sends a task anyway.
 """
 
 import functools
@@ -26,13 +28,13 @@ from datetime import UTC, datetime, timedelta
 
 from celery import current_app as app
 from django.conf import settings
-from django.core.cache import caches
 from kombu import Producer
 from redis.exceptions import RedisError
 
 from core.backoff import backoff_delay
 from core.broker import BROKER_ERRORS, close_connection, connection_ensure
 from core.contract import OUTBOX_QUEUE, RELAY_TASK
+from outbox.bell import Ring, ring
 from outbox.outage import OutageLog
 
 logger = logging.getLogger(__name__)
@@ -41,7 +43,6 @@ logger = logging.getLogger(__name__)
 WAKE_EXPIRES_SECONDS = 60
 SEND_TIMEOUT_SECONDS = 2.0
 FAILURE_BACKOFF_FIRST, FAILURE_BACKOFF_MAX = 1.0, 30.0
-GATE_KEY = "outbox:wake-gate"
 
 
 def failure_backoff(failures: int) -> float:
@@ -62,20 +63,16 @@ def _wake_message() -> tuple[dict, str]:
 
 
 class RelayWaker:
-    """Coalescing sender of relay wake-up tasks, safe to call from any thread of any process."""
+    """Coalescing waker of the relays, safe to call from any thread of any process.
 
-    def __init__(
-        self,
-        *,
-        url: str | None = None,
-        interval: float | None = None,
-        connect_timeout: float = 1.0,
-        gate_key: str = GATE_KEY,
-    ):
+    ``rung`` counts bells rung, ``sent`` relay tasks sent.
+    """
+
+    def __init__(self, *, url: str | None = None, interval: float | None = None, connect_timeout: float = 1.0):
         self.url = url
         self.interval = interval
         self.connect_timeout = connect_timeout
-        self.gate_key = gate_key
+        self.rung = 0
         self.sent = 0
         self._event = threading.Event()
         self._start_lock = threading.Lock()
@@ -115,12 +112,17 @@ class RelayWaker:
             wait = last_sent + interval - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
-            if not self._gate_take(interval):
-                time.sleep(interval)  # another process sends now; after its gate expires, this one may follow
-                continue
-            # Cleared before sending: a wake-up during the send sets it again and gets its own, later, send.
+            # Cleared before ringing or sending: a wake-up during either sets it again and gets its own, later, one.
             self._event.clear()
+            outcome = self._ring(interval)
+            if outcome is Ring.GATED:
+                self._event.set()
+                time.sleep(interval)  # another process woke the relays now; after its gate expires, this one follows
+                continue
             last_sent = time.monotonic()
+            if outcome is Ring.RUNG:
+                self.rung += 1
+                continue
             try:
                 self._send()
             except BROKER_ERRORS as exc:
@@ -135,19 +137,13 @@ class RelayWaker:
                 self._failures = 0
                 self._outage.recovered()
 
-    def _gate_take(self, interval: float) -> bool:
-        """Return whether this process may send now: no other sent within `interval` (or the cache is down)."""
-        if interval <= 0:
-            return True
-        cache = caches["default"]
-        key = cache.make_and_validate_key(self.gate_key)
+    def _ring(self, interval: float) -> Ring:
+        """Ring a listening relay loop, or say a task is needed (none listens, or the cache is down), or gated."""
         try:
-            return bool(
-                cache._cache.get_client(key, write=True).set(key, 1, nx=True, px=max(1, round(interval * 1000)))
-            )
+            return ring(interval=interval)
         except RedisError as exc:
-            logger.debug("wake-up gate not available (%s); sending anyway", exc)
-            return True
+            logger.debug("wake-up gate not available (%s); sending a task anyway", exc)
+            return Ring.NO_LISTENER
 
     def _send(self) -> None:
         if self._producer is None:

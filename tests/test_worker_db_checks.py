@@ -1,10 +1,12 @@
 """Workers check their database connections before a task at most once a second per thread, and only they
-(core/worker.py): Celery's Django fixup does nothing per task."""
+(core/worker.py), and close them after a failed task, with no per-task signal: Celery's Django fixup does nothing
+per task."""
 
 import threading
 import time
 from types import SimpleNamespace
 
+import pytest
 from celery import signals
 from celery.fixups.django import DjangoFixup
 from celery.utils.dispatch.signal import _make_id
@@ -89,3 +91,52 @@ def test_a_starting_worker_takes_the_django_fixups_per_task_handlers_out():
         ):
             signal.disconnect(handler)
         fixup.worker_fixup.worker = None
+
+
+def test_no_task_is_signalled_before_and_after_its_run_while_tracing_is_off():
+    # Celery's tracer sends task_prerun/task_postrun only when a receiver is connected: WorkerTask does their work.
+    import analytics.tasks  # noqa: F401  (every task module, as a worker imports them)
+    import credits.tasks  # noqa: F401
+    import orders.tasks  # noqa: F401
+    import outbox.tasks  # noqa: F401
+
+    celery_app.finalize()
+    assert all(
+        isinstance(t, worker.WorkerTask) for name, t in celery_app.tasks.items() if not name.startswith("celery.")
+    )
+    assert signals.task_prerun.receivers == [] and signals.task_postrun.receivers == []
+
+
+@celery_app.task(name="tests.worker_db_checks.probe", bind=True)
+def probe(self, fail: bool = False) -> str:
+    if fail:
+        raise RuntimeError("the database went away")
+    return "ok"
+
+
+def run_as_a_worker_does(**kwargs):
+    """Call the task as Celery's tracer does in a worker: its request pushed, not called directly, not eager."""
+    probe.push_request(id="t1", called_directly=False, is_eager=False)
+    try:
+        return probe(**kwargs)
+    finally:
+        probe.pop_request()
+
+
+def test_a_run_in_a_worker_checks_the_connections_first_and_closes_them_when_it_fails(monkeypatch):
+    checks, closes = [], []
+    monkeypatch.setattr(worker, "close_old_connections", lambda: checks.append(1))
+    monkeypatch.setattr(worker, "_db_checked", threading.local())
+    monkeypatch.setattr(worker.connections, "close_all", lambda: closes.append(1))
+
+    assert run_as_a_worker_does() == "ok"
+    assert (checks, closes) == ([1], [])
+
+    with pytest.raises(RuntimeError):
+        run_as_a_worker_does(fail=True)
+    assert closes == [1]
+
+    # Called directly (or eagerly, as tests do), a task leaves the caller's connections alone.
+    with pytest.raises(RuntimeError):
+        probe(fail=True)
+    assert (checks, closes) == ([1], [1])
