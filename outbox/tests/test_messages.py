@@ -6,6 +6,7 @@ from celery.app.task import Context
 from celery.worker.request import Request
 from kombu import Message
 
+import credits.tasks  # noqa: F401  (the worker requests below look the award task up in this process's registry)
 from config.celery import app
 from core.contract import AWARD_CREDITS_TASK, CREATED_AT_HEADER
 from outbox.claims import ClaimedMessage
