@@ -229,22 +229,22 @@ def transform_violations(results: dict[str, DataFrame], *, keep: int) -> DataFra
 
 
 def lookup_candidates(*, orders: DataFrame, logs: DataFrame, credits: DataFrame, ctx: CheckContext) -> DataFrame:
-    """Ids the checks need from outside the read window, as (kind, id) with kind order, credit or log.
+    """Ids the checks need from outside the read window, as distinct (kind, id) with kind order, credit or log.
 
     order: orders referenced by the period's credits or outbox rows but not read; credit and log: orders of the
     period with no credit (past the grace period) or no outbox row among the rows read, whose credit or row may
     simply have been written outside the window (a repair a week later). Looking these up keeps the answers exact.
+    Every join here pairs frames on the order id, so frames co-partitioned on it are joined without a shuffle.
     """
     order_ids = orders.select(F.col("id").alias("order_id"))
-    referenced = (
-        in_period(credits, ctx.period)
+    referenced = [
+        in_period(frame, ctx.period)
         .select("order_id")
-        .unionByName(in_period(logs, ctx.period).select("order_id"))
         .where(F.col("order_id").isNotNull())
-        .distinct()
         .join(order_ids, "order_id", "left_anti")
         .select(F.lit("order").alias("kind"), F.col("order_id").alias("id"))
-    )
+        for frame in (credits, logs)
+    ]
     placed = in_period(orders, ctx.period)
     uncredited = (
         placed.where(F.col("created_at") < F.lit(ctx.cutoff))
@@ -256,4 +256,4 @@ def lookup_candidates(*, orders: DataFrame, logs: DataFrame, credits: DataFrame,
         .join(logs.select(F.col("order_id").alias("id")), "id", "left_anti")
         .select(F.lit("log").alias("kind"), "id")
     )
-    return referenced.unionByName(uncredited).unionByName(unlogged)
+    return referenced[0].unionByName(referenced[1]).unionByName(uncredited).unionByName(unlogged).distinct()
