@@ -121,8 +121,14 @@ class Sources:
 
 
 def sources() -> Sources:
-    """Return the JDBC sources of both services, each the database its app's tables are routed to."""
-    return Sources(orders=jdbc_source(router.db_for_read(Order)), credits=jdbc_source(router.db_for_read(OrderCredit)))
+    """Return the JDBC sources of both services: each the database its app's tables are routed to, or that
+    database's replica when ANALYTICS_READ_DATABASES names one.
+    """
+    replicas = settings.ANALYTICS_READ_DATABASES
+    orders, credits = router.db_for_read(Order), router.db_for_read(OrderCredit)
+    return Sources(
+        orders=jdbc_source(replicas.get(orders, orders)), credits=jdbc_source(replicas.get(credits, credits))
+    )
 
 
 @dataclass(frozen=True)

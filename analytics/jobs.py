@@ -158,9 +158,7 @@ def _run_in_session(
                     "violations": (analysis.violations.drop("rank"), {d.date for d in days if d.violations}),
                 },
             )
-            facts["user_day_rows"] = load.write_mysql(
-                run=run, period=period, source=sources.orders, user_daily=analysis.user_daily, days=days
-            )
+            facts["user_day_rows"] = load.write_mysql(run=run, period=period, user_daily=analysis.user_daily, days=days)
             facts["parquet"] = parquet.result()
         if repair_requested:
             with progress.stage("repair") as facts:

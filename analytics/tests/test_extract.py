@@ -29,6 +29,13 @@ def test_the_sources_are_the_two_services_databases():
     assert sources.orders.url != sources.credits.url
 
 
+def test_a_replica_named_for_a_service_database_is_read_instead_of_it(settings):
+    # Any alias stands in for a replica here: the orders database, as the credits database's "replica".
+    settings.ANALYTICS_READ_DATABASES = {"credits": "default"}
+    sources = extract.sources()
+    assert (sources.orders.alias, sources.credits.alias) == ("default", "default")
+
+
 def test_each_read_goes_to_the_database_that_holds_its_table(spark):
     seed_demo_data(orders=40, days=1, users=4, end=DAY, seed=8)
     order = Order.objects.order_by("id").first()
