@@ -8,9 +8,9 @@ Each windowed table is planned once (`plan_window`: MIN and MAX of its primary k
 window, answered from the created_at index alone, since InnoDB appends the key to it) and then read in primary-key
 ranges, one JDBC partition each, so every query is a range scan of the clustered index. Only the columns the
 checks and analytics use are read. Rows a check needs but that fall outside the window (a credit awarded today
-for a week-old order) are looked up afterwards by key ranges around the ids the checks name, so the window only
-decides speed, never the answer. Every frame is conformed to a fixed schema, so the transforms see the same types
-the tests build.
+for a week-old order) are looked up afterwards by key ranges around the ids analytics/lookups.py names, so the
+window only decides speed, never the answer. Every frame is conformed to a fixed schema, so the transforms see the
+same types the tests build.
 """
 
 import math
@@ -41,6 +41,8 @@ JDBC_DRIVER = "org.mariadb.jdbc.Driver"
 # Rows one JDBC query reads before another partition is worth its connection and task (measured: a day of
 # 46,000 orders reads faster as one query than as four on two cores).
 ROWS_PER_PARTITION = 200_000
+# Key ranges ORed in one look-up query at most (MariaDB's range optimizer takes thousands in its default memory).
+RANGES_PER_QUERY = 1_000
 # The outbox rows of orders (the job's business); foreign_key is the order id as text.
 ORDER_BUSINESS = "order"
 
@@ -249,7 +251,7 @@ def _split(lower: int | str, upper: int | str, parts: int) -> list[str]:
     """
     if isinstance(lower, int):
         step = (upper - lower + 1) / parts
-        return sorted({str(lower + math.ceil(step * i)) for i in range(1, parts)})
+        return [str(bound) for bound in sorted({lower + math.ceil(step * i) for i in range(1, parts)})]
     width = len(lower)
     if len(upper) != width or not _is_hex(lower) or not _is_hex(upper):
         return []
@@ -274,25 +276,24 @@ def _range_conditions(key: str, bounds: Sequence[str]) -> list[str]:
 
 
 def read_missing(
-    spark: SparkSession, source: JdbcSource, table: Table, plan: WindowPlan, *, column: str, ranges: Sequence[tuple]
+    spark: SparkSession, source: JdbcSource, table: Table, *, column: str, ranges: Sequence[tuple[int, int]]
 ) -> DataFrame | None:
-    """Read a table's rows outside the window whose `column` falls in one of the ranges (inclusive id pairs).
+    """Read a table's rows whose `column` falls in one of the ranges (inclusive id pairs), wherever in time.
 
-    The ranges are ORed into at most ANALYTICS_JDBC_PARTITIONS queries. foreign_key is text: its ranges are
-    compared as text between numbers of one length, which the (business, foreign_key) index answers.
+    The ranges are ORed, at most RANGES_PER_QUERY to a query, the queries spread over ANALYTICS_JDBC_PARTITIONS
+    or more partitions. foreign_key is text: its ranges are compared as text between numbers of one length, which
+    the (business, foreign_key) index answers.
     """
     if not ranges:
         return None
-    conditions = [
-        _text_range(column, low, high) if column == "foreign_key" else f"{column} BETWEEN {int(low)} AND {int(high)}"
-        for low, high in ranges
-        for low, high in (_same_length(low, high) if column == "foreign_key" else [(low, high)])
-    ]
-    per_query = math.ceil(len(conditions) / source.partitions)
-    outside = f"NOT (created_at >= '{_ts(plan.start)}' AND created_at < '{_ts(plan.end)}')"
-    where = f"{table.where} AND {outside}" if table.where else outside
+    if column == "foreign_key":
+        conditions = [_text_range(column, *piece) for pair in ranges for piece in _same_length(*pair)]
+    else:
+        conditions = [f"{column} BETWEEN {int(low)} AND {int(high)}" for low, high in ranges]
+    per_query = min(math.ceil(len(conditions) / source.partitions), RANGES_PER_QUERY)
+    where = f"{table.where} AND " if table.where else ""
     predicates = [
-        f"{where} AND ({' OR '.join(conditions[i : i + per_query])})" for i in range(0, len(conditions), per_query)
+        f"{where}({' OR '.join(conditions[i : i + per_query])})" for i in range(0, len(conditions), per_query)
     ]
     return _read_table(spark, source, table, predicates)
 

@@ -123,7 +123,7 @@ def _run_in_session(
         facts.update({name: getattr(plan, name).rows for name in ("orders", "logs", "credits")})
 
     with progress.stage("look-ups outside the window") as facts:
-        data, found = look_up_missing(spark, data, ctx=ctx, sources=sources, plan=plan)
+        data, found = look_up_missing(spark, data, ctx=ctx, sources=sources)
         facts.update(found)
 
     with progress.stage("credit analytics and consistency checks") as facts:

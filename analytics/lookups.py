@@ -5,7 +5,8 @@ orders of credits and outbox rows written long after them, and the credits and o
 that were written long after the window or never. `lookup_candidates` names them (ids only) from the cached,
 co-partitioned frames without a shuffle of their rows; only the candidates' key ranges travel to the driver, at most
 MAX_RANGES per kind however many candidates there are (a day whose credits all failed names every order), and the
-rows read in those ranges are kept if their id is a candidate's. A frame is rebuilt only when a look-up found rows
+rows read in those ranges, wherever in time, are kept if their id is a candidate's (a candidate has no row among
+the frame's, so nothing is counted twice). A frame is rebuilt only when a look-up found rows
 for it, which on a healthy day none does: the candidates are the violations themselves.
 """
 
@@ -20,7 +21,7 @@ from analytics.schemas import CREDITS_SCHEMA, ORDERS_SCHEMA
 
 # Key ranges collected per kind of candidate; more candidates than this are covered by wider ranges (reading rows
 # that are then dropped), so the driver holds at most this many pairs whatever the day looks like.
-MAX_RANGES = 1_000
+MAX_RANGES = 10_000
 
 
 @dataclass(frozen=True)
@@ -53,12 +54,7 @@ def by_order(df: DataFrame, column: str) -> DataFrame:
 
 
 def look_up_missing(
-    spark: SparkSession,
-    data: extract.Extracted,
-    *,
-    ctx: CheckContext,
-    sources: extract.Sources,
-    plan: extract.WindowPlan,
+    spark: SparkSession, data: extract.Extracted, *, ctx: CheckContext, sources: extract.Sources
 ) -> tuple[extract.Extracted, dict[str, int]]:
     """Add to the co-partitioned frames the rows outside the window that the checks need; return what was found.
 
@@ -70,7 +66,7 @@ def look_up_missing(
     reads = {}
     for name, kind in KINDS.items():
         rows = extract.read_missing(
-            spark, source_of[kind.frame], kind.table, plan, column=kind.column, ranges=ranges.get(name, [])
+            spark, source_of[kind.frame], kind.table, column=kind.column, ranges=ranges.get(name, [])
         )
         if rows is not None:
             wanted = candidates.where(F.col("kind") == name).select(F.col("id").alias(kind.frame_column))
