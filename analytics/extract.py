@@ -197,11 +197,14 @@ class Extracted:
 def extract_window(spark: SparkSession, sources: Sources, plan: WindowPlan) -> Extracted:
     """Set up the reads of orders, outbox rows and credits created in the planned window, and the side tables.
 
-    Nothing is read yet (Spark reads when a job needs the rows); the side tables' reads ask MariaDB for their
-    schemas, a round trip each, so they are set up side by side.
+    Nothing is read yet (Spark reads when a job needs the rows); setting up a read asks MariaDB for the table's
+    schema, a round trip each, so the six are set up side by side.
     """
     orders, credits = sources.orders, sources.credits
     reads = {
+        "orders": lambda: conform(read_window(spark, orders, ORDERS, plan, plan.orders), ORDERS_SCHEMA),
+        "logs": lambda: conform_logs(read_window(spark, orders, LOGS, plan, plan.logs)),
+        "credits": lambda: conform(read_window(spark, credits, CREDITS, plan, plan.credits), CREDITS_SCHEMA),
         "dead_letters": lambda: read_open_dead_letters(spark, credits),
         "first_orders": lambda: read_first_orders(spark, orders, since_id=plan.orders.lower),
         "history": lambda: read_daily_history(spark, orders),
@@ -210,14 +213,7 @@ def extract_window(spark: SparkSession, sources: Sources, plan: WindowPlan) -> E
         futures = {name: pool.submit(_in_own_connection, read) for name, read in reads.items()}
         frames = {name: future.result() for name, future in futures.items()}
     dead_letters, note = frames.pop("dead_letters")
-    return Extracted(
-        orders=conform(read_window(spark, orders, ORDERS, plan, plan.orders), ORDERS_SCHEMA),
-        logs=conform_logs(read_window(spark, orders, LOGS, plan, plan.logs)),
-        credits=conform(read_window(spark, credits, CREDITS, plan, plan.credits), CREDITS_SCHEMA),
-        dead_letters=dead_letters,
-        dead_letters_note=note,
-        **frames,
-    )
+    return Extracted(**frames, dead_letters=dead_letters, dead_letters_note=note)
 
 
 def _in_own_connection(read):

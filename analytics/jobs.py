@@ -123,11 +123,12 @@ def _run_in_session(
         facts.update({name: getattr(plan, name).rows for name in ("orders", "logs", "credits")})
 
     with progress.stage("look-ups outside the window") as facts:
-        data, found = look_up_missing(spark, data, ctx=ctx, sources=sources)
-        facts.update(found)
+        looked_up = look_up_missing(spark, data, ctx=ctx, sources=sources)
+        data = looked_up.data
+        facts.update(looked_up.facts)
 
     with progress.stage("credit analytics and consistency checks") as facts:
-        analysis = analyse(data, ctx=ctx, keep=settings.ANALYTICS_MAX_STORED_VIOLATIONS)
+        analysis = analyse(data, ctx=ctx, keep=settings.ANALYTICS_MAX_STORED_VIOLATIONS, checked=looked_up.checked)
         days = day_results(analysis.collected, ctx=ctx, note=data.dead_letters_note)
         facts["orders"] = sum(day.metrics["orders"] for day in days)
         facts["credits"] = sum(day.metrics["credits_awarded"] for day in days)
@@ -186,14 +187,18 @@ def partition_by_order(data: extract.Extracted) -> extract.Extracted:
     )
 
 
-def analyse(data: extract.Extracted, *, ctx: CheckContext, keep: int) -> Analysis:
+def analyse(
+    data: extract.Extracted, *, ctx: CheckContext, keep: int, checked: dict[str, DataFrame] | None = None
+) -> Analysis:
     """Compute the period's credit analytics and run its checks (keeping `keep` violations per check and day), and
-    collect what the reports need in one Spark job.
+    collect what the reports need in one Spark job. `checked` holds checks already run on these frames (the
+    look-ups'), whose answers are used as they are.
     """
     period = ctx.period
     user_daily = transform_user_daily(data.orders, data.credits, period).cache()
     daily = transform_daily_metrics(user_daily, data.orders, data.first_orders, period).cache()
-    latency = transform_award_latency(data.credits, data.orders, period)
+    # Cached: the latency summary and histogram both read it, and it is one join of credits with their orders.
+    latency = transform_award_latency(data.credits, data.orders, period).cache()
     summary = (
         daily.join(_prefixed(transform_credit_distribution(user_daily), "cpu_"), "date", "left")
         .join(_prefixed(transform_latency_summary(latency), "latency_"), "date", "left")
@@ -201,7 +206,7 @@ def analyse(data: extract.Extracted, *, ctx: CheckContext, keep: int) -> Analysi
     )
     results = run_checks(
         orders=data.orders, logs=data.logs, credits=data.credits, dead_letters=data.dead_letters, ctx=ctx
-    )
+    ) | (checked or {})
     violations = transform_violations(results, keep=keep).cache()
     collected = collect_together(
         summary=summary,

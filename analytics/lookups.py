@@ -2,12 +2,12 @@
 
 The window (the reported days and the look-back) holds nearly every row a check needs. The exceptions are the
 orders of credits and outbox rows written long after them, and the credits and outbox rows of the period's orders
-that were written long after the window or never. `lookup_candidates` names them (ids only) from the cached,
-co-partitioned frames without a shuffle of their rows; only the candidates' key ranges travel to the driver, at most
+that were written long after the window or never. Four checks run on the window's rows name them (ids only), on the
+cached, co-partitioned frames without a shuffle of their rows. Only key ranges travel to the driver, at most
 MAX_RANGES per kind however many candidates there are (a day whose credits all failed names every order), and the
 rows read in those ranges, wherever in time, are kept if their id is a candidate's (a candidate has no row among
-the frame's, so nothing is counted twice). A frame is rebuilt only when a look-up found rows
-for it, which on a healthy day none does: the candidates are the violations themselves.
+the frame's, so nothing is counted twice). A frame is rebuilt only when a look-up found rows for it, which on a
+healthy day none does: the candidates are the violations themselves.
 """
 
 from dataclasses import dataclass, replace
@@ -16,7 +16,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from analytics import extract
-from analytics.checks import CheckContext, lookup_candidates
+from analytics.checks import LOOKUP_CHECKS, CheckContext, lookup_candidates, run_checks
 from analytics.schemas import CREDITS_SCHEMA, ORDERS_SCHEMA
 
 # Key ranges collected per kind of candidate; more candidates than this are covered by wider ranges (reading rows
@@ -53,14 +53,30 @@ def by_order(df: DataFrame, column: str) -> DataFrame:
     return df.repartition(partitions, column).sortWithinPartitions(column).cache()
 
 
+@dataclass
+class LookedUp:
+    """The frames with any rows found outside the window, and the LOOKUP_CHECKS' answers when they still hold."""
+
+    data: extract.Extracted
+    # Cached; empty when rows were found, since the checks must then run again on the extended frames.
+    checked: dict[str, DataFrame]
+    facts: dict[str, int]
+
+
 def look_up_missing(
     spark: SparkSession, data: extract.Extracted, *, ctx: CheckContext, sources: extract.Sources
-) -> tuple[extract.Extracted, dict[str, int]]:
-    """Add to the co-partitioned frames the rows outside the window that the checks need; return what was found.
+) -> LookedUp:
+    """Add to the co-partitioned frames the rows outside the window that the checks need.
 
-    The first job here is the first to need the frames' rows, so it also fills their caches.
+    The LOOKUP_CHECKS run here on the window's rows, cached, and name the candidates; their first job is the
+    first to need the frames' rows, so it also fills the frames' caches. When no candidate's rows are found (a
+    healthy day), those answers are final and the analysis reuses them instead of running the four checks again.
     """
-    candidates = lookup_candidates(orders=data.orders, logs=data.logs, credits=data.credits, ctx=ctx).cache()
+    results = run_checks(
+        orders=data.orders, logs=data.logs, credits=data.credits, dead_letters=data.dead_letters, ctx=ctx
+    )
+    checked = {name: results[name].cache() for name in LOOKUP_CHECKS}
+    candidates = lookup_candidates(checked).cache()
     ranges = candidate_ranges(candidates)
     source_of = {"orders": sources.orders, "credits": sources.credits, "logs": sources.orders}
     reads = {}
@@ -82,11 +98,15 @@ def look_up_missing(
         _count_together(additions)
         for frame in additions:
             getattr(data, frame).unpersist()
+        for df in checked.values():
+            df.unpersist()
+        checked = {}
     for rows in reads.values():
         rows.unpersist()
     candidates.unpersist()
     facts = {f"{name}_ranges": len(ranges.get(name, [])) for name in KINDS}
-    return replace(data, **additions), facts | {f"{name}_found": count for name, count in found.items()}
+    facts |= {f"{name}_found": count for name, count in found.items()}
+    return LookedUp(data=replace(data, **additions), checked=checked, facts=facts)
 
 
 def candidate_ranges(candidates: DataFrame, max_ranges: int = MAX_RANGES) -> dict[str, list[tuple[int, int]]]:
@@ -105,9 +125,9 @@ def candidate_ranges(candidates: DataFrame, max_ranges: int = MAX_RANGES) -> dic
         F.min("id").alias("low"), F.max("id").alias("high")
     )
     ranges: dict[str, list[tuple[int, int]]] = {kind: [] for kind in spans}
-    for row in slices.orderBy("kind", "low").collect():
+    for row in slices.collect():
         ranges[row.kind].append((row.low, row.high))
-    return ranges
+    return {kind: sorted(pairs) for kind, pairs in ranges.items()}
 
 
 def _conformed(kind: Kind, rows: DataFrame) -> DataFrame:

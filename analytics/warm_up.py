@@ -19,7 +19,7 @@ if __name__ == "__main__":
 from pyspark.sql import SparkSession  # noqa: E402
 
 from analytics import jobs  # noqa: E402
-from analytics.checks import CheckContext, lookup_candidates  # noqa: E402
+from analytics.checks import LOOKUP_CHECKS, CheckContext, lookup_candidates, run_checks  # noqa: E402
 from analytics.class_archive import WRITE_OPTION  # noqa: E402
 from analytics.extract import Extracted, jdbc_source, read_daily_history  # noqa: E402
 from analytics.lookups import candidate_ranges  # noqa: E402
@@ -50,8 +50,12 @@ def warm_up(spark: SparkSession) -> jobs.Analysis:
         history=read_daily_history(spark, jdbc_source("default")),
     )
     data = jobs.partition_by_order(data)
-    candidate_ranges(lookup_candidates(orders=data.orders, logs=data.logs, credits=data.credits, ctx=ctx))
-    analysis = jobs.analyse(data, ctx=ctx, keep=10)
+    results = run_checks(
+        orders=data.orders, logs=data.logs, credits=data.credits, dead_letters=data.dead_letters, ctx=ctx
+    )
+    checked = {name: results[name].cache() for name in LOOKUP_CHECKS}
+    candidate_ranges(lookup_candidates(checked))
+    analysis = jobs.analyse(data, ctx=ctx, keep=10, checked=checked)
     with tempfile.TemporaryDirectory(prefix="spark-class-archive-") as directory:
         dataset = f"{Path(directory).as_uri()}/user_daily_credits"
         analysis.user_daily.repartition("date").write.mode("overwrite").partitionBy("date").parquet(dataset)

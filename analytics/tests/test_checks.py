@@ -7,6 +7,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from analytics.checks import (
     CHECK_NAMES,
+    LOOKUP_CHECKS,
     CheckContext,
     check_credit_amount_mismatch,
     check_credit_ordered_at_mismatch,
@@ -204,7 +205,8 @@ def test_lookup_candidates_name_what_the_window_did_not_contain(spark, frames):
     orders = frames.orders((1, 10, 3, at(20, 8)), (2, 10, 3, at(20, 9)))
     logs = frames.logs(("tx1", 1, "published", 1, at(20, 8)), ("tx9", 9, "published", 1, at(20, 9)))
     credits = frames.credits((100, 10, 2, 6, at(20, 9)), (101, 10, 7, 6, at(20, 9)))
-    actual = lookup_candidates(orders=orders, logs=logs, credits=credits, ctx=CTX)
+    results = run_checks(orders=orders, logs=logs, credits=credits, dead_letters=frames.dead_letters(), ctx=CTX)
+    actual = lookup_candidates({name: results[name] for name in LOOKUP_CHECKS})
     expected = spark.createDataFrame([("order", 7), ("order", 9), ("credit", 1), ("log", 2)], "kind string, id long")
     assertDataFrameEqual(actual, expected)
 
