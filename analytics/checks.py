@@ -228,32 +228,26 @@ def transform_violations(results: dict[str, DataFrame], *, keep: int) -> DataFra
     )
 
 
-def lookup_candidates(*, orders: DataFrame, logs: DataFrame, credits: DataFrame, ctx: CheckContext) -> DataFrame:
-    """Ids the checks need from outside the read window, as (kind, id) with kind order, credit or log.
+# The checks whose answers depend on rows outside the read window: what they report is what the look-ups look for.
+LOOKUP_CHECKS = ("order_without_log", "log_without_order", "missing_credit", "orphan_credit")
 
-    order: orders referenced by the period's credits or outbox rows but not read; credit and log: orders of the
-    period with no credit (past the grace period) or no outbox row among the rows read, whose credit or row may
-    simply have been written outside the window (a repair a week later). Looking these up keeps the answers exact.
+
+def lookup_candidates(results: dict[str, DataFrame]) -> DataFrame:
+    """Ids the checks need from outside the read window, as distinct (kind, id) with kind order, credit or log.
+
+    `results` holds the LOOKUP_CHECKS run on the window's rows. order: orders referenced by the period's credits or
+    outbox rows but not read (orphan_credit, log_without_order); credit and log: orders of the period with no credit
+    (missing_credit) or no outbox row (order_without_log) among the rows read, whose credit or row may simply have
+    been written outside the window (a repair a week later). Looking these up keeps the answers exact; when nothing
+    is found, these results are the checks' answers.
     """
-    order_ids = orders.select(F.col("id").alias("order_id"))
     referenced = (
-        in_period(credits, ctx.period)
+        results["orphan_credit"]
         .select("order_id")
-        .unionByName(in_period(logs, ctx.period).select("order_id"))
+        .unionByName(results["log_without_order"].select("order_id"))
         .where(F.col("order_id").isNotNull())
-        .distinct()
-        .join(order_ids, "order_id", "left_anti")
         .select(F.lit("order").alias("kind"), F.col("order_id").alias("id"))
     )
-    placed = in_period(orders, ctx.period)
-    uncredited = (
-        placed.where(F.col("created_at") < F.lit(ctx.cutoff))
-        .join(credits.select(F.col("order_id").alias("id")), "id", "left_anti")
-        .select(F.lit("credit").alias("kind"), "id")
-    )
-    unlogged = (
-        _with_retained_logs(placed, ctx)
-        .join(logs.select(F.col("order_id").alias("id")), "id", "left_anti")
-        .select(F.lit("log").alias("kind"), "id")
-    )
-    return referenced.unionByName(uncredited).unionByName(unlogged)
+    uncredited = results["missing_credit"].select(F.lit("credit").alias("kind"), "id")
+    unlogged = results["order_without_log"].select(F.lit("log").alias("kind"), "id")
+    return referenced.unionByName(uncredited).unionByName(unlogged).distinct()

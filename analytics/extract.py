@@ -4,15 +4,17 @@ The two services keep their own databases, which may sit on different servers: o
 from the order service's (`default`), order_credits and the dead letters from the credits service's (`credits`).
 Each read goes to the one source that holds its table, and the two sides meet only in Spark's joins, never in SQL.
 
-Large reads are partitioned: `partitionColumn` on the id (or created_at for transaction_log, whose id is text)
-with bounds from MIN/MAX over the same window, which the created_at indexes answer without a scan. Rows that a
-check needs but that fall outside the window (a credit awarded today for a week-old order) are looked up by id
-afterwards, so the window only decides speed, never the answer. Every frame is conformed to a fixed schema, so
-the transforms see the same types the tests build.
+Each windowed table is planned once (`plan_window`: MIN and MAX of its primary key and the row count over the
+window, answered from the created_at index alone, since InnoDB appends the key to it) and then read in primary-key
+ranges, one JDBC partition each, so every query is a range scan of the clustered index. Only the columns the
+checks and analytics use are read. Rows a check needs but that fall outside the window (a credit awarded today
+for a week-old order) are looked up afterwards by key ranges around the ids analytics/lookups.py names, so the
+window only decides speed, never the answer. Every frame is conformed to a fixed schema, so the transforms see the
+same types the tests build.
 """
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -33,20 +35,38 @@ from analytics.schemas import (
 )
 from credits.models import DeadLetter, OrderCredit
 from orders.models import Order
+from outbox.models import TransactionLog
 
 JDBC_DRIVER = "org.mariadb.jdbc.Driver"
-# Ids per IN (...) list in the look-ups; each list is one JDBC partition.
-LOOKUP_CHUNK = 1_000
 # Rows one JDBC query reads before another partition is worth its connection and task (measured: a day of
 # 46,000 orders reads faster as one query than as four on two cores).
 ROWS_PER_PARTITION = 200_000
+# Key ranges ORed in one look-up query at most (MariaDB's range optimizer takes thousands in its default memory).
+RANGES_PER_QUERY = 1_000
+# The outbox rows of orders (the job's business); foreign_key is the order id as text.
+ORDER_BUSINESS = "order"
 
-_ORDERS_SQL = "SELECT id, user_id, total, created_at FROM orders"
-# foreign_key is text; try_cast (in Spark) turns a non-numeric key into NULL instead of failing the run.
-_LOGS_SQL = (
-    "SELECT id, foreign_key, status, attempts, created_at, published_at FROM transaction_log WHERE business = 'order'"
+
+@dataclass(frozen=True)
+class Table:
+    """A table the job reads over the window: its name, the columns it needs, and the key its reads split on."""
+
+    name: str
+    columns: tuple[str, ...]
+    # The primary key: an integer, or (transaction_log) time-ordered hex text of a fixed width.
+    key: str = "id"
+    # A condition every read of the table adds (the outbox rows of orders only).
+    where: str = ""
+
+
+ORDERS = Table(Order._meta.db_table, ("id", "user_id", "total", "created_at"))
+# try_cast (in Spark) turns a non-numeric foreign_key into a NULL order id instead of failing the run.
+LOGS = Table(
+    TransactionLog._meta.db_table,
+    ("id", "foreign_key", "status", "attempts", "created_at"),
+    where=f"business = '{ORDER_BUSINESS}'",
 )
-_CREDITS_SQL = "SELECT id, user_id, order_id, total, created_at, ordered_at FROM order_credits"
+CREDITS = Table(OrderCredit._meta.db_table, ("id", "user_id", "order_id", "total", "created_at", "ordered_at"))
 _PAYLOAD_ORDER_ID = (
     "CAST(COALESCE(JSON_VALUE(payload, '$.order_id'), JSON_VALUE(payload, '$.message.order_id')) AS SIGNED)"
 )
@@ -103,8 +123,62 @@ class Sources:
 
 
 def sources() -> Sources:
-    """Return the JDBC sources of both services, each the database its app's tables are routed to."""
-    return Sources(orders=jdbc_source(router.db_for_read(Order)), credits=jdbc_source(router.db_for_read(OrderCredit)))
+    """Return the JDBC sources of both services: each the database its app's tables are routed to, or that
+    database's replica when ANALYTICS_READ_DATABASES names one.
+    """
+    replicas = settings.ANALYTICS_READ_DATABASES
+    orders, credits = router.db_for_read(Order), router.db_for_read(OrderCredit)
+    return Sources(
+        orders=jdbc_source(replicas.get(orders, orders)), credits=jdbc_source(replicas.get(credits, credits))
+    )
+
+
+@dataclass(frozen=True)
+class Span:
+    """What the window holds of one table: the smallest and largest key there, and how many rows."""
+
+    lower: int | str | None
+    upper: int | str | None
+    rows: int
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """The window [start, end) and each windowed table's span in it, found before anything is read."""
+
+    start: datetime
+    end: datetime
+    orders: Span
+    logs: Span
+    credits: Span
+
+
+def plan_window(sources: Sources, *, start: datetime, end: datetime) -> WindowPlan:
+    """Find each windowed table's key span and row count in [start, end), the three queries side by side.
+
+    Each is answered from the table's created_at index alone (InnoDB appends the primary key to it), so planning
+    never touches a row; the orders' count also sizes the Spark session.
+    """
+    tables = {"orders": (sources.orders, ORDERS), "logs": (sources.orders, LOGS), "credits": (sources.credits, CREDITS)}
+    with ThreadPoolExecutor(max_workers=len(tables), thread_name_prefix="plan") as pool:
+        futures = {
+            name: pool.submit(_in_own_connection, lambda s=source, t=table: _span(s, t, start=start, end=end))
+            for name, (source, table) in tables.items()
+        }
+        spans = {name: future.result() for name, future in futures.items()}
+    return WindowPlan(start=start, end=end, **spans)
+
+
+def _span(source: JdbcSource, table: Table, *, start: datetime, end: datetime) -> Span:
+    with connections[source.alias].cursor() as cursor:
+        # Identifiers come from this module's constants.
+        cursor.execute(
+            f"SELECT MIN({table.key}), MAX({table.key}), COUNT(*) FROM {table.name} "  # noqa: S608
+            "WHERE created_at >= %s AND created_at < %s",
+            [start, end],
+        )
+        lower, upper, rows = cursor.fetchone()
+    return Span(lower=lower, upper=upper, rows=rows)
 
 
 @dataclass
@@ -120,27 +194,19 @@ class Extracted:
     dead_letters_note: str = ""
 
 
-def extract_window(spark: SparkSession, sources: Sources, *, start: datetime, end: datetime) -> Extracted:
-    """Read orders, outbox rows and credits created in [start, end), and the small side tables.
+def extract_window(spark: SparkSession, sources: Sources, plan: WindowPlan) -> Extracted:
+    """Set up the reads of orders, outbox rows and credits created in the planned window, and the side tables.
 
-    The six reads are set up side by side: each asks MariaDB for its bounds and Spark for the query's schema
-    (a round trip each), which one after the other cost seconds of a day's run.
+    Nothing is read yet (Spark reads when a job needs the rows); setting up a read asks MariaDB for the table's
+    schema, a round trip each, so the six are set up side by side.
     """
     orders, credits = sources.orders, sources.credits
     reads = {
-        "orders": lambda: conform_or_empty(
-            spark, read_partitioned(spark, orders, sql=_ORDERS_SQL, column="id", start=start, end=end), ORDERS_SCHEMA
-        ),
-        "logs": lambda: conform_logs(
-            spark, read_partitioned(spark, orders, sql=_LOGS_SQL, column="created_at", start=start, end=end)
-        ),
-        "credits": lambda: conform_or_empty(
-            spark,
-            read_partitioned(spark, credits, sql=_CREDITS_SQL, column="id", start=start, end=end),
-            CREDITS_SCHEMA,
-        ),
+        "orders": lambda: conform(read_window(spark, orders, ORDERS, plan, plan.orders), ORDERS_SCHEMA),
+        "logs": lambda: conform_logs(read_window(spark, orders, LOGS, plan, plan.logs)),
+        "credits": lambda: conform(read_window(spark, credits, CREDITS, plan, plan.credits), CREDITS_SCHEMA),
         "dead_letters": lambda: read_open_dead_letters(spark, credits),
-        "first_orders": lambda: read_first_orders(spark, orders, start=start, end=end),
+        "first_orders": lambda: read_first_orders(spark, orders, since_id=plan.orders.lower),
         "history": lambda: read_daily_history(spark, orders),
     }
     with ThreadPoolExecutor(max_workers=len(reads), thread_name_prefix="extract") as pool:
@@ -158,81 +224,108 @@ def _in_own_connection(read):
         connections.close_all()
 
 
-def count_orders(source: JdbcSource, *, start: datetime, end: datetime) -> int:
-    """Count the orders placed in [start, end) (from the created_at index), to size the run before it starts."""
-    with connections[source.alias].cursor() as cursor:
-        cursor.execute("SELECT COUNT(*) FROM orders WHERE created_at >= %s AND created_at < %s", [start, end])
-        return cursor.fetchone()[0]
+def read_window(spark: SparkSession, source: JdbcSource, table: Table, plan: WindowPlan, span: Span) -> DataFrame:
+    """Read a table's rows created in the window, in key ranges of about ROWS_PER_PARTITION rows each.
 
-
-def read_partitioned(
-    spark: SparkSession, source: JdbcSource, *, sql: str, column: str, start: datetime, end: datetime
-) -> DataFrame | None:
-    """Read `sql` restricted to created_at in [start, end), split on `column` between its MIN and MAX there.
-
-    The number of partitions grows with the rows in the window, up to ANALYTICS_JDBC_PARTITIONS: a day is one
-    query, a month is several running side by side.
+    Up to ANALYTICS_JDBC_PARTITIONS ranges split the span evenly (keys grow with time, so rows spread evenly over
+    them); the first and last are open-ended, so rows written after planning (the look-back reaching into today)
+    are read too, as the created_at condition allows.
     """
-    table = _table_of(sql)
-    window = f"created_at >= '{_ts(start)}' AND created_at < '{_ts(end)}'"
-    with connections[source.alias].cursor() as cursor:
-        # Identifiers come from this module's constants; the instants are formatted datetimes.
-        cursor.execute(f"SELECT MIN({column}), MAX({column}), COUNT(*) FROM {table} WHERE {window}")  # noqa: S608
-        lower, upper, rows = cursor.fetchone()
-    if lower is None:
+    partitions = max(1, min(source.partitions, math.ceil(span.rows / ROWS_PER_PARTITION)))
+    window = f"created_at >= '{_ts(plan.start)}' AND created_at < '{_ts(plan.end)}'"
+    where = f"{table.where} AND {window}" if table.where else window
+    bounds = _split(span.lower, span.upper, partitions) if span.lower is not None else []
+    predicates = [f"{where} AND {condition}" for condition in _range_conditions(table.key, bounds)]
+    return _read_table(spark, source, table, predicates)
+
+
+def _split(lower: int | str, upper: int | str, parts: int) -> list[str]:
+    """Return the parts - 1 inner boundaries splitting [lower, upper] evenly, as SQL literals.
+
+    Text keys are split as the hex numbers they are (transaction ids: 32 hex digits, time first); a text key that
+    is not hex of one width is not split.
+    """
+    if isinstance(lower, int):
+        step = (upper - lower + 1) / parts
+        return [str(bound) for bound in sorted({lower + math.ceil(step * i) for i in range(1, parts)})]
+    width = len(lower)
+    if len(upper) != width or not _is_hex(lower) or not _is_hex(upper):
+        return []
+    low, high = int(lower, 16), int(upper, 16)
+    step = (high - low + 1) / parts
+    return sorted({f"'{low + math.ceil(step * i):0{width}x}'" for i in range(1, parts)})
+
+
+def _is_hex(value: str) -> bool:
+    return all(c in "0123456789abcdef" for c in value)
+
+
+def _range_conditions(key: str, bounds: Sequence[str]) -> list[str]:
+    """Return conditions covering every key: below the first boundary, between each two, from the last on."""
+    if not bounds:
+        return ["1 = 1"]
+    edges = [None, *bounds, None]
+    return [
+        " AND ".join(part for part in (f"{key} >= {low}" if low else "", f"{key} < {high}" if high else "") if part)
+        for low, high in zip(edges, edges[1:], strict=False)
+    ]
+
+
+def read_missing(
+    spark: SparkSession, source: JdbcSource, table: Table, *, column: str, ranges: Sequence[tuple[int, int]]
+) -> DataFrame | None:
+    """Read a table's rows whose `column` falls in one of the ranges (inclusive id pairs), wherever in time.
+
+    The ranges are ORed, at most RANGES_PER_QUERY to a query, the queries spread over ANALYTICS_JDBC_PARTITIONS
+    or more partitions. foreign_key is text: its ranges are compared as text between numbers of one length, which
+    the (business, foreign_key) index answers.
+    """
+    if not ranges:
         return None
-    partitions = max(1, min(source.partitions, math.ceil(rows / ROWS_PER_PARTITION)))
-    glue = " AND " if " WHERE " in sql else " WHERE "
-    if isinstance(lower, datetime):
-        lower_bound, upper_bound = _ts(lower), _ts(upper)
+    if column == "foreign_key":
+        conditions = [_text_range(column, *piece) for pair in ranges for piece in _same_length(*pair)]
     else:
-        # upperBound is exclusive in the stride arithmetic; +1 keeps the largest id in the last stride's range.
-        lower_bound, upper_bound = str(lower), str(upper + 1)
-    return (
-        spark.read.format("jdbc")
-        .options(**source.options())
-        .option("dbtable", f"({sql}{glue}{window}) AS src")
-        .option("partitionColumn", column)
-        .option("lowerBound", lower_bound)
-        .option("upperBound", upper_bound)
-        .option("numPartitions", str(partitions))
-        .load()
-    )
+        conditions = [f"{column} BETWEEN {int(low)} AND {int(high)}" for low, high in ranges]
+    per_query = min(math.ceil(len(conditions) / source.partitions), RANGES_PER_QUERY)
+    where = f"{table.where} AND " if table.where else ""
+    predicates = [
+        f"{where}({' OR '.join(conditions[i : i + per_query])})" for i in range(0, len(conditions), per_query)
+    ]
+    return _read_table(spark, source, table, predicates)
 
 
-def read_orders_by_id(spark: SparkSession, sources: Sources, ids: Iterable[int]) -> DataFrame:
-    """Look up orders by id (those a check needs from outside the window), in the order service's database."""
-    orders = _read_in(spark, sources.orders, sql=_ORDERS_SQL, column="id", values=ids)
-    return conform_or_empty(spark, orders, ORDERS_SCHEMA)
+def _same_length(low: int, high: int) -> list[tuple[int, int]]:
+    """Split [low, high] into ranges whose ends have as many digits, where text order is number order."""
+    pieces = []
+    while low <= high:
+        top = min(high, 10 ** len(str(low)) - 1)
+        pieces.append((low, top))
+        low = top + 1
+    return pieces
 
 
-def read_credits_by_order_id(spark: SparkSession, sources: Sources, order_ids: Iterable[int]) -> DataFrame:
-    """Look up the credits of these orders, wherever in time they were awarded, in the credits database."""
-    credits = _read_in(spark, sources.credits, sql=_CREDITS_SQL, column="order_id", values=order_ids)
-    return conform_or_empty(spark, credits, CREDITS_SCHEMA)
+def _text_range(column: str, low: int, high: int) -> str:
+    return f"({column} BETWEEN '{int(low)}' AND '{int(high)}' AND CHAR_LENGTH({column}) = {len(str(int(low)))})"
 
 
-def read_logs_by_order_id(spark: SparkSession, sources: Sources, order_ids: Iterable[int]) -> DataFrame:
-    """Look up the outbox rows of these orders, wherever in time they were written, in the order service's database."""
-    keys = (f"'{int(i)}'" for i in order_ids)
-    logs = _read_in(spark, sources.orders, sql=_LOGS_SQL, column="foreign_key", values=keys, quoted=True)
-    return conform_logs(spark, logs)
+def _read_table(spark: SparkSession, source: JdbcSource, table: Table, predicates: list[str]) -> DataFrame:
+    """Read a table's needed columns, one JDBC partition per predicate."""
+    properties = {k: v for k, v in source.options().items() if k != "url"}
+    frame = spark.read.jdbc(source.url, table.name, predicates=predicates, properties=properties)
+    return frame.select(*table.columns)
 
 
-def read_first_orders(spark: SparkSession, source: JdbcSource, *, start: datetime, end: datetime) -> DataFrame:
-    """Return each user whose first order ever was placed in [start, end), with that order's id.
+def read_first_orders(spark: SparkSession, source: JdbcSource, *, since_id: int | None) -> DataFrame:
+    """Return each user whose first order ever is `since_id` (the window's first order) or later, with its id.
 
     Ids grow with time, so "first order" is MIN(id), which MariaDB answers from the user_id index alone
     (a loose index scan: one probe per user, however long the history).
     """
-    with connections[source.alias].cursor() as cursor:
-        cursor.execute("SELECT MIN(id) FROM orders WHERE created_at >= %s AND created_at < %s", [start, end])
-        (lower,) = cursor.fetchone()
-    if lower is None:
+    if since_id is None:
         return spark.createDataFrame([], FIRST_ORDERS_SCHEMA)
     sql = (
-        "SELECT user_id, MIN(id) AS first_order_id FROM orders "  # noqa: S608
-        f"GROUP BY user_id HAVING MIN(id) >= {int(lower)}"
+        f"SELECT user_id, MIN(id) AS first_order_id FROM {ORDERS.name} "  # noqa: S608
+        f"GROUP BY user_id HAVING MIN(id) >= {int(since_id)}"
     )
     return conform(_read_query(spark, source, sql), FIRST_ORDERS_SCHEMA)
 
@@ -278,43 +371,13 @@ def conform(df: DataFrame, schema: StructType) -> DataFrame:
     return df.select(*[F.col(field.name).cast(field.dataType).alias(field.name) for field in schema.fields])
 
 
-def conform_or_empty(spark: SparkSession, df: DataFrame | None, schema: StructType) -> DataFrame:
-    """Conform a frame, or return an empty one when a read found no rows to read."""
-    return spark.createDataFrame([], schema) if df is None else conform(df, schema)
-
-
-def conform_logs(spark: SparkSession, df: DataFrame | None) -> DataFrame:
+def conform_logs(df: DataFrame) -> DataFrame:
     """Conform outbox rows, turning the text foreign_key into the order id (NULL if it is not a number)."""
-    if df is None:
-        return spark.createDataFrame([], LOGS_SCHEMA)
     return conform(df.withColumn("order_id", F.expr("try_cast(foreign_key AS BIGINT)")), LOGS_SCHEMA)
 
 
 def _read_query(spark: SparkSession, source: JdbcSource, sql: str) -> DataFrame:
     return spark.read.format("jdbc").options(**source.options()).option("query", sql).load()
-
-
-def _read_in(
-    spark: SparkSession,
-    source: JdbcSource,
-    *,
-    sql: str,
-    column: str,
-    values: Iterable,
-    quoted: bool = False,
-) -> DataFrame | None:
-    rendered: Sequence[str] = sorted({v if quoted else str(int(v)) for v in values})
-    if not rendered:
-        return None
-    predicates = [
-        f"{column} IN ({', '.join(rendered[i : i + LOOKUP_CHUNK])})" for i in range(0, len(rendered), LOOKUP_CHUNK)
-    ]
-    properties = {k: v for k, v in source.options().items() if k != "url"}
-    return spark.read.jdbc(source.url, f"({sql}) AS src", predicates=predicates, properties=properties)
-
-
-def _table_of(sql: str) -> str:
-    return sql.split(" FROM ", 1)[1].split()[0]
 
 
 def _ts(value: datetime) -> str:

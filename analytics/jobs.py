@@ -7,7 +7,6 @@ DayResults in results (pure); the run's lock, history row and progress are runs'
 """
 
 import json
-from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, ExitStack
 from dataclasses import dataclass, replace
@@ -19,7 +18,8 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from analytics import extract, load
-from analytics.checks import CHECK_NAMES, CheckContext, lookup_candidates, run_checks, transform_violations
+from analytics.checks import CHECK_NAMES, CheckContext, run_checks, transform_violations
+from analytics.lookups import by_order, look_up_missing
 from analytics.models import NightlyRun
 from analytics.period import Period
 from analytics.repair import repair
@@ -79,13 +79,19 @@ def run_nightly(
     sources = extract.sources()
     with ExitStack() as stack:
         with progress.stage("spark session") as facts:
-            rows = extract.count_orders(sources.orders, **_read_window(period))
-            spark = stack.enter_context(spark_session(tuning=tuning_for(rows), verbose=verbose))
+            plan = extract.plan_window(sources, **_read_window(period))
+            spark = stack.enter_context(spark_session(tuning=tuning_for(plan.orders.rows), verbose=verbose))
             facts["master"] = spark.sparkContext.master
             facts["shuffle_partitions"] = spark.conf.get("spark.sql.shuffle.partitions")
         try:
             return _run_in_session(
-                spark, run=run, ctx=ctx, sources=sources, progress=progress, repair_requested=repair_requested
+                spark,
+                run=run,
+                ctx=ctx,
+                sources=sources,
+                plan=plan,
+                progress=progress,
+                repair_requested=repair_requested,
             )
         finally:
             # A shared session (tests, a notebook) must not keep this run's cached frames.
@@ -106,32 +112,23 @@ def _run_in_session(
     run: NightlyRun,
     ctx: CheckContext,
     sources: extract.Sources,
+    plan: extract.WindowPlan,
     progress: Progress,
     repair_requested: bool,
 ) -> list[DayResult]:
     period = ctx.period
     with progress.stage("extract") as facts:
-        data = extract.extract_window(spark, sources, **_read_window(period))
-        # Cached as read; they are partitioned by order id once, after the look-ups have added their rows (doing it
-        # here too shuffled and sorted every row twice).
-        data.orders, data.logs, data.credits = data.orders.cache(), data.logs.cache(), data.credits.cache()
-        facts.update(_count_together(orders=data.orders, logs=data.logs, credits=data.credits))
+        # Read, shuffled by order id and cached in one pass; the look-ups' job below is the first to need the rows.
+        data = partition_by_order(extract.extract_window(spark, sources, plan))
+        facts.update({name: getattr(plan, name).rows for name in ("orders", "logs", "credits")})
 
     with progress.stage("look-ups outside the window") as facts:
-        wanted = defaultdict(list)
-        for row in lookup_candidates(orders=data.orders, logs=data.logs, credits=data.credits, ctx=ctx).collect():
-            wanted[row.kind].append(row.id)
-        if wanted["order"]:
-            data.orders = data.orders.unionByName(extract.read_orders_by_id(spark, sources, wanted["order"]))
-        if wanted["credit"]:
-            data.credits = data.credits.unionByName(extract.read_credits_by_order_id(spark, sources, wanted["credit"]))
-        if wanted["log"]:
-            data.logs = data.logs.unionByName(extract.read_logs_by_order_id(spark, sources, wanted["log"]))
-        data = partition_by_order(data)
-        facts.update({f"{kind}_ids": len(wanted[kind]) for kind in ("order", "credit", "log")})
+        looked_up = look_up_missing(spark, data, ctx=ctx, sources=sources)
+        data = looked_up.data
+        facts.update(looked_up.facts)
 
     with progress.stage("credit analytics and consistency checks") as facts:
-        analysis = analyse(data, ctx=ctx, keep=settings.ANALYTICS_MAX_STORED_VIOLATIONS)
+        analysis = analyse(data, ctx=ctx, keep=settings.ANALYTICS_MAX_STORED_VIOLATIONS, checked=looked_up.checked)
         days = day_results(analysis.collected, ctx=ctx, note=data.dead_letters_note)
         facts["orders"] = sum(day.metrics["orders"] for day in days)
         facts["credits"] = sum(day.metrics["credits_awarded"] for day in days)
@@ -162,9 +159,7 @@ def _run_in_session(
                     "violations": (analysis.violations.drop("rank"), {d.date for d in days if d.violations}),
                 },
             )
-            facts["user_day_rows"] = load.write_mysql(
-                run=run, period=period, source=sources.orders, user_daily=analysis.user_daily, days=days
-            )
+            facts["user_day_rows"] = load.write_mysql(run=run, period=period, user_daily=analysis.user_daily, days=days)
             facts["parquet"] = parquet.result()
         if repair_requested:
             with progress.stage("repair") as facts:
@@ -186,20 +181,24 @@ def partition_by_order(data: extract.Extracted) -> extract.Extracted:
     """Return the extract with its orders, outbox rows and credits hash-partitioned on the order id and cached."""
     return replace(
         data,
-        orders=_by_order(data.orders, "id"),
-        logs=_by_order(data.logs, "order_id"),
-        credits=_by_order(data.credits, "order_id"),
+        orders=by_order(data.orders, "id"),
+        logs=by_order(data.logs, "order_id"),
+        credits=by_order(data.credits, "order_id"),
     )
 
 
-def analyse(data: extract.Extracted, *, ctx: CheckContext, keep: int) -> Analysis:
+def analyse(
+    data: extract.Extracted, *, ctx: CheckContext, keep: int, checked: dict[str, DataFrame] | None = None
+) -> Analysis:
     """Compute the period's credit analytics and run its checks (keeping `keep` violations per check and day), and
-    collect what the reports need in one Spark job.
+    collect what the reports need in one Spark job. `checked` holds checks already run on these frames (the
+    look-ups'), whose answers are used as they are.
     """
     period = ctx.period
     user_daily = transform_user_daily(data.orders, data.credits, period).cache()
     daily = transform_daily_metrics(user_daily, data.orders, data.first_orders, period).cache()
-    latency = transform_award_latency(data.credits, data.orders, period)
+    # Cached: the latency summary and histogram both read it, and it is one join of credits with their orders.
+    latency = transform_award_latency(data.credits, data.orders, period).cache()
     summary = (
         daily.join(_prefixed(transform_credit_distribution(user_daily), "cpu_"), "date", "left")
         .join(_prefixed(transform_latency_summary(latency), "latency_"), "date", "left")
@@ -207,7 +206,7 @@ def analyse(data: extract.Extracted, *, ctx: CheckContext, keep: int) -> Analysi
     )
     results = run_checks(
         orders=data.orders, logs=data.logs, credits=data.credits, dead_letters=data.dead_letters, ctx=ctx
-    )
+    ) | (checked or {})
     violations = transform_violations(results, keep=keep).cache()
     collected = collect_together(
         summary=summary,
@@ -218,17 +217,6 @@ def analyse(data: extract.Extracted, *, ctx: CheckContext, keep: int) -> Analysi
         violations=violations,
     )
     return Analysis(user_daily=user_daily, summary=summary, violations=violations, collected=collected)
-
-
-def _by_order(df: DataFrame, column: str) -> DataFrame:
-    """Hash-partition a frame on its order id and cache it.
-
-    Nearly every check and transform joins orders, outbox rows and credits on the order id; with all three cached
-    in the same partitioning and order, those joins need no further shuffle or sort (a month of rows is shuffled
-    and sorted once, not ten times).
-    """
-    partitions = int(df.sparkSession.conf.get("spark.sql.shuffle.partitions"))
-    return df.repartition(partitions, column).sortWithinPartitions(column).cache()
 
 
 def _prefixed(df: DataFrame, prefix: str) -> DataFrame:
@@ -252,15 +240,3 @@ def collect_together(**frames: DataFrame) -> dict[str, list[dict]]:
     for row in union.collect():
         collected[row.frame].append(json.loads(row.row))
     return collected
-
-
-def _count_together(**frames: DataFrame) -> dict[str, int]:
-    """Count (and so fill the cache of) several frames in one Spark job."""
-    union = None
-    for name, df in frames.items():
-        tagged = df.select(F.lit(name).alias("frame"))
-        union = tagged if union is None else union.unionByName(tagged)
-    counts = dict.fromkeys(frames, 0)
-    for row in union.groupBy("frame").count().collect():
-        counts[row.frame] = row["count"]
-    return counts

@@ -11,14 +11,15 @@ from datetime import date, datetime
 from pathlib import Path
 
 from django.conf import settings
+from django.db import router
 from django.template.loader import render_to_string
 from django.utils import timezone
 from pyspark.sql import DataFrame, SparkSession
 
 from analytics import selectors, services
 from analytics.checks import CheckContext
-from analytics.extract import JdbcSource
-from analytics.models import CheckResult, DailyMetrics, NightlyRun, Violation
+from analytics.extract import jdbc_source
+from analytics.models import CheckResult, DailyMetrics, NightlyRun, UserDailyCredits, Violation
 from analytics.period import Period
 from analytics.results import DayResult, analytics_document, consistency_document
 from analytics.selectors import report_dir
@@ -55,14 +56,14 @@ def write_parquet(spark: SparkSession, *, period: Period, datasets: dict[str, tu
     return root
 
 
-def write_mysql(
-    *, run: NightlyRun, period: Period, source: JdbcSource, user_daily: DataFrame, days: list[DayResult]
-) -> int:
+def write_mysql(*, run: NightlyRun, period: Period, user_daily: DataFrame, days: list[DayResult]) -> int:
     """Replace the period's rows in the report tables; return how many per-user-per-day rows were written.
 
     Spark bulk-writes the per-user rows into a staging table; then, day by day, the swap into the real table, the
     daily metrics, the check results and the violations of that day commit together.
     """
+    # The report tables' own database (a primary: the job may read from replicas, it never writes to them).
+    target = jdbc_source(router.db_for_write(UserDailyCredits))
     stage = services.stage_table_create(run=run)
     try:
         # Each writer gets whole days in key order, so the staging table's (date, user_id) index grows at a few
@@ -72,7 +73,7 @@ def write_mysql(
             user_daily.repartition(partitions, "date")
             .sortWithinPartitions("date", "user_id")
             .write.format("jdbc")
-            .options(**source.options())
+            .options(**target.options())
             .option("dbtable", stage)
             .option("batchsize", str(JDBC_WRITE_BATCH))
             .mode("append")

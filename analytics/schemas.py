@@ -21,7 +21,6 @@ LOGS_SCHEMA = StructType(
         StructField("status", StringType()),
         StructField("attempts", LongType()),
         StructField("created_at", TimestampType()),
-        StructField("published_at", TimestampType()),
     ]
 )
 CREDITS_SCHEMA = StructType(

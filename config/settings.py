@@ -115,6 +115,14 @@ DATABASES = {
     "credits": _mariadb("CREDITS_DATABASE_URL", "mysql://root:@127.0.0.1:3306/creditshop_credits"),
 }
 DATABASE_ROUTERS = ["config.routers.ServiceRouter"]
+# The nightly job's reads (never its writes) may go to a replica of each service's database, so the night's full
+# scan of a day never loads the primaries: an alias per replica, named in ANALYTICS_READ_DATABASES by the primary's
+# alias (docs/ANALYTICS.md, "Reading from replicas"). Tests mirror the primary's test database.
+ANALYTICS_READ_DATABASES = {}
+for _alias, _variable in (("default", "ANALYTICS_ORDERS_READ_URL"), ("credits", "ANALYTICS_CREDITS_READ_URL")):
+    if env_str(_variable, ""):
+        DATABASES[f"{_alias}_nightly_read"] = _mariadb(_variable, "") | {"TEST": {"MIRROR": _alias}}
+        ANALYTICS_READ_DATABASES[_alias] = f"{_alias}_nightly_read"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # django-axes first: it refuses a locked-out login before any password is checked.

@@ -39,6 +39,8 @@ ROOT = Path(__file__).resolve().parent.parent
         ("CELERY_TASK_SOFT_TIME_LIMIT", "0"),
         ("CELERY_TASK_TIME_LIMIT", "soon"),
         ("CELERY_TASK_TIME_LIMIT", "300"),  # not above the soft limit (300 by default)
+        ("ANALYTICS_ORDERS_READ_URL", "postgres://replica/creditshop"),
+        ("ANALYTICS_CREDITS_READ_URL", "mysql://root:@replica:3306"),
     ],
 )
 def test_bad_value_fails_start_up_naming_the_variable(name, value):
@@ -54,6 +56,35 @@ def test_bad_value_fails_start_up_naming_the_variable(name, value):
     assert result.returncode != 0
     assert "ImproperlyConfigured" in result.stderr
     assert name in result.stderr
+
+
+@pytest.mark.slow
+def test_a_read_url_adds_a_replica_alias_the_nightly_job_reads_from():
+    show = (
+        "import django; from django.conf import settings; db = settings.DATABASES['credits_nightly_read'];"
+        "print(settings.ANALYTICS_READ_DATABASES, db['HOST'], db['NAME'], db['TEST']['MIRROR'])"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", show],
+        cwd=ROOT,
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "ANALYTICS_CREDITS_READ_URL": "mysql://reader:@credits-replica:3306/creditshop_credits",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [
+        "{'credits':",
+        "'credits_nightly_read'}",
+        "credits-replica",
+        "creditshop_credits",
+        "credits",
+    ]
 
 
 @pytest.mark.parametrize(("raw", "expected"), [("1", True), ("YES", True), ("off", False), ("", True)])

@@ -7,6 +7,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from analytics.checks import (
     CHECK_NAMES,
+    LOOKUP_CHECKS,
     CheckContext,
     check_credit_amount_mismatch,
     check_credit_ordered_at_mismatch,
@@ -47,7 +48,7 @@ def test_contract_names_in_order():
 
 def test_order_without_log(spark, frames):
     orders = frames.orders((1, 10, 1, at(20, 8)), (2, 10, 1, at(20, 9)), (3, 10, 1, at(19, 9)))
-    logs = frames.logs(("tx1", 1, "published", 1, at(20, 8), at(20, 8)))
+    logs = frames.logs(("tx1", 1, "published", 1, at(20, 8)))
     actual = check_order_without_log(orders, logs, CTX)
     expected = spark.createDataFrame(
         [(D20, 2, 10, 1, at(20, 9))], "date date, id long, user_id long, total long, created_at timestamp"
@@ -58,10 +59,10 @@ def test_order_without_log(spark, frames):
 def test_log_without_order_ignores_other_days_and_reports_unparseable_keys(spark, frames):
     orders = frames.orders((1, 10, 1, at(20, 8)))
     logs = frames.logs(
-        ("tx1", 1, "published", 1, at(20, 8), at(20, 8)),
-        ("tx2", 2, "pending", 0, at(20, 9), None),
-        ("tx3", None, "published", 1, at(20, 10), at(20, 10)),  # foreign_key was not a number
-        ("tx4", 4, "published", 1, at(19, 9), at(19, 9)),  # another day
+        ("tx1", 1, "published", 1, at(20, 8)),
+        ("tx2", 2, "pending", 0, at(20, 9)),
+        ("tx3", None, "published", 1, at(20, 10)),  # foreign_key was not a number
+        ("tx4", 4, "published", 1, at(19, 9)),  # another day
     )
     actual = check_log_without_order(logs, orders, CTX)
     expected = spark.createDataFrame(
@@ -143,12 +144,12 @@ def test_duplicate_credit_is_reported_on_the_day_of_the_latest_credit(spark, fra
 
 def test_stuck_outbox_counts_pending_and_dead_past_the_grace_period(spark, frames):
     logs = frames.logs(
-        ("tx1", 1, "published", 1, at(20, 8), at(20, 8)),
-        ("tx2", 2, "pending", 3, at(20, 9), None),
-        ("tx3", 3, "dead", 10, at(20, 10), None),
-        ("tx4", 4, "discarded", 2, at(20, 11), None),
-        ("tx5", 5, "pending", 0, at(21, 0, 55), None),  # in flight (and another day)
-        ("tx6", 6, "pending", 0, at(20, 23, 55), None),  # 5 minutes before as_of - grace: in flight
+        ("tx1", 1, "published", 1, at(20, 8)),
+        ("tx2", 2, "pending", 3, at(20, 9)),
+        ("tx3", 3, "dead", 10, at(20, 10)),
+        ("tx4", 4, "discarded", 2, at(20, 11)),
+        ("tx5", 5, "pending", 0, at(21, 0, 55)),  # in flight (and another day)
+        ("tx6", 6, "pending", 0, at(20, 23, 55)),  # 5 minutes before as_of - grace: in flight
     )
     ctx = CheckContext(period=CTX.period, as_of=at(21, 0, 5), grace_seconds=600)
     actual = check_stuck_outbox(logs, ctx)
@@ -173,9 +174,7 @@ def test_dead_letters_open_for_orders_of_the_period(spark, frames):
 
 def test_consistent_day_has_no_violations(spark, frames):
     orders = frames.orders((1, 10, 3, at(20, 8)), (2, 11, 1, at(20, 9)))
-    logs = frames.logs(
-        ("tx1", 1, "published", 1, at(20, 8), at(20, 8)), ("tx2", 2, "published", 1, at(20, 9), at(20, 9))
-    )
+    logs = frames.logs(("tx1", 1, "published", 1, at(20, 8)), ("tx2", 2, "published", 1, at(20, 9)))
     credits = frames.credits((100, 10, 1, 6, at(20, 8, 0, 2)), (101, 11, 2, 2, at(20, 9, 0, 1)))
     results = run_checks(orders=orders, logs=logs, credits=credits, dead_letters=frames.dead_letters(), ctx=CTX)
     assert {name: df.count() for name, df in results.items()} == dict.fromkeys(CHECK_NAMES, 0)
@@ -183,7 +182,7 @@ def test_consistent_day_has_no_violations(spark, frames):
 
 def test_violations_are_capped_per_check_and_day_with_the_full_count(spark, frames):
     orders = frames.orders(*[(i, 10, 1, at(20, 8)) for i in range(1, 6)])
-    logs = frames.logs(("txa", 99, "pending", 0, at(20, 8), None))
+    logs = frames.logs(("txa", 99, "pending", 0, at(20, 8)))
     results = run_checks(
         orders=orders, logs=logs, credits=frames.credits(), dead_letters=frames.dead_letters(), ctx=CTX
     )
@@ -204,9 +203,10 @@ def test_violations_are_capped_per_check_and_day_with_the_full_count(spark, fram
 
 def test_lookup_candidates_name_what_the_window_did_not_contain(spark, frames):
     orders = frames.orders((1, 10, 3, at(20, 8)), (2, 10, 3, at(20, 9)))
-    logs = frames.logs(("tx1", 1, "published", 1, at(20, 8), at(20, 8)), ("tx9", 9, "published", 1, at(20, 9), None))
+    logs = frames.logs(("tx1", 1, "published", 1, at(20, 8)), ("tx9", 9, "published", 1, at(20, 9)))
     credits = frames.credits((100, 10, 2, 6, at(20, 9)), (101, 10, 7, 6, at(20, 9)))
-    actual = lookup_candidates(orders=orders, logs=logs, credits=credits, ctx=CTX)
+    results = run_checks(orders=orders, logs=logs, credits=credits, dead_letters=frames.dead_letters(), ctx=CTX)
+    actual = lookup_candidates({name: results[name] for name in LOOKUP_CHECKS})
     expected = spark.createDataFrame([("order", 7), ("order", 9), ("credit", 1), ("log", 2)], "kind string, id long")
     assertDataFrameEqual(actual, expected)
 

@@ -11,7 +11,7 @@ from django.db import connections
 from django.utils import timezone
 
 from analytics import extract
-from credits.models import DeadLetter, OrderCredit
+from credits.models import DeadLetter
 from demo.seed import seed_demo_data
 from orders.models import Order
 
@@ -29,6 +29,13 @@ def test_the_sources_are_the_two_services_databases():
     assert sources.orders.url != sources.credits.url
 
 
+def test_a_replica_named_for_a_service_database_is_read_instead_of_it(settings):
+    # Any alias stands in for a replica here: the orders database, as the credits database's "replica".
+    settings.ANALYTICS_READ_DATABASES = {"credits": "default"}
+    sources = extract.sources()
+    assert (sources.orders.alias, sources.credits.alias) == ("default", "default")
+
+
 def test_each_read_goes_to_the_database_that_holds_its_table(spark):
     seed_demo_data(orders=40, days=1, users=4, end=DAY, seed=8)
     order = Order.objects.order_by("id").first()
@@ -44,17 +51,34 @@ def test_each_read_goes_to_the_database_that_holds_its_table(spark):
         last_failed_at=now,
     )
     sources = extract.sources()
-    ids = list(Order.objects.order_by("id").values_list("id", flat=True)[:5])
+    ids = list(Order.objects.order_by("id").values_list("id", flat=True))
 
-    data = extract.extract_window(
-        spark, sources, start=START - timedelta(hours=6), end=START + timedelta(days=1, hours=6)
-    )
+    plan = extract.plan_window(sources, start=START - timedelta(hours=6), end=START + timedelta(days=1, hours=6))
+    assert (plan.orders.rows, plan.logs.rows, plan.credits.rows) == (40, 40, 40)
+    assert (plan.orders.lower, plan.orders.upper) == (ids[0], ids[-1])
+    data = extract.extract_window(spark, sources, plan)
     assert (data.orders.count(), data.logs.count(), data.credits.count()) == (40, 40, 40)
     assert [row.id for row in data.dead_letters.collect()] == [letter.pk] and data.dead_letters_note == ""
-    assert sorted(r.id for r in extract.read_orders_by_id(spark, sources, ids).collect()) == ids
-    assert sorted(r.order_id for r in extract.read_logs_by_order_id(spark, sources, ids).collect()) == ids
-    credits = extract.read_credits_by_order_id(spark, sources, ids).collect()
-    assert sorted(r.id for r in credits) == sorted(
-        OrderCredit.objects.filter(order_id__in=ids).values_list("id", flat=True)
-    )
-    assert extract.count_orders(sources.orders, start=START, end=START + timedelta(days=1)) == 40
+
+    # Look-ups read the rows of the ids in the ranges, wherever in time (ids 10..99 and 100.. are two lengths of text).
+    wanted = [(ids[0], ids[2]), (ids[7], ids[12]), (ids[-1], ids[-1])]
+    expected = sorted({i for low, high in wanted for i in ids if low <= i <= high})
+    for table, source, column, key in (
+        (extract.ORDERS, sources.orders, "id", "id"),
+        (extract.LOGS, sources.orders, "foreign_key", "foreign_key"),
+        (extract.CREDITS, sources.credits, "order_id", "order_id"),
+    ):
+        rows = extract.read_missing(spark, source, table, column=column, ranges=wanted).collect()
+        assert sorted(int(row[key]) for row in rows) == expected, table.name
+
+
+def test_reads_split_the_key_span_into_ranges_that_cover_every_key():
+    assert extract._split(1, 100, 4) == ["26", "51", "76"]
+    assert extract._split(1, 11, 2) == ["7"] and extract._split(5, 12, 4) == ["7", "9", "11"]
+    assert extract._range_conditions("id", ["26", "51"]) == ["id < 26", "id >= 26 AND id < 51", "id >= 51"]
+    assert extract._range_conditions("id", []) == ["1 = 1"]
+    # Transaction ids: 32 hex digits, split as numbers and written back at the same width.
+    low, high = f"{0x18F:032x}", f"{0x28F:032x}"
+    assert extract._split(low, high, 2) == [f"'{0x210:032x}'"]
+    assert extract._split("legacy-id", "other-id", 4) == []
+    assert extract._same_length(5, 123) == [(5, 9), (10, 99), (100, 123)]
