@@ -135,6 +135,7 @@ def seed(orders: int, days: int, end: date) -> dict:
             on_progress=progress_printer(orders * 3),
         )
     seed_cpu = process_cpu() - cpu_started
+    seed_peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     started = time.monotonic()
     planted = plant_inconsistencies(day=end, per_kind=PLANTED_PER_KIND, seed=42)
     for alias, tables in (("default", "orders, transaction_log"), ("credits", "order_credits")):
@@ -151,7 +152,7 @@ def seed(orders: int, days: int, end: date) -> dict:
         "client_cpu_seconds": round(seed_cpu, 1),
         "database_threads_cpu_seconds": database.cpu_seconds,
         "database_whole_server_cpu_seconds": database.whole_server_cpu_seconds,
-        "client_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "client_peak_rss_bytes": seed_peak_rss,
         "plant_and_analyze_seconds": round(time.monotonic() - started, 1),
         "planted": {name: len(planted.get(name, [])) for name in CHECK_NAMES},
     }
