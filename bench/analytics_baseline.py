@@ -16,7 +16,6 @@ prints one JSON line: the violations per check, the wall and CPU time of each pa
 import argparse
 import json
 import os
-import resource
 import sys
 import time
 from collections import Counter
@@ -35,6 +34,7 @@ from django.db import connections  # noqa: E402
 
 from analytics.checks import CHECK_NAMES  # noqa: E402
 from analytics.period import Period  # noqa: E402
+from bench.proc_stats import peak_rss_bytes  # noqa: E402
 
 # Ids per IN (...) list when the baseline looks up the other side's rows by id.
 LOOKUP_CHUNK = 1_000
@@ -187,7 +187,9 @@ def main() -> None:
     parser.add_argument("--days", type=int, default=1)
     args = parser.parse_args()
     result = sql_baseline(args.date, args.days)
-    result["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    # VmHWM, not getrusage's ru_maxrss: Linux carries ru_maxrss across exec, so a child of a big bench process would
+    # report its parent's peak.
+    result["peak_rss_bytes"] = peak_rss_bytes(os.getpid())
     print(json.dumps(result))
 
 

@@ -28,7 +28,6 @@ the planted violations in a file beside the temporary directory's other files).
 import argparse
 import json
 import os
-import resource
 import subprocess
 import sys
 import tempfile
@@ -55,7 +54,7 @@ from django.db import connections  # noqa: E402
 from analytics import class_archive  # noqa: E402
 from analytics.checks import CHECK_NAMES  # noqa: E402
 from analytics.period import Period  # noqa: E402
-from bench.proc_stats import ProcessSeen, ServerThreads, TreeSampler, gc_log_peaks  # noqa: E402
+from bench.proc_stats import ProcessSeen, ServerThreads, TreeSampler, gc_log_peaks, peak_rss_bytes  # noqa: E402
 from bench.spark_cluster import standalone_cluster  # noqa: E402
 from demo.plant import plant_inconsistencies  # noqa: E402
 from demo.seed import seed_demo_data  # noqa: E402
@@ -90,6 +89,14 @@ def server_threads() -> ServerThreads:
     return ServerThreads(
         lambda: MySQLdb.connect(**connections["default"].get_connection_params()), database_names().values()
     )
+
+
+def database_server() -> dict:
+    """The server's version and buffer pool: a 10M-order seed outgrows a small pool (Debian's default is 128 MiB)."""
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT VERSION(), @@innodb_buffer_pool_size")
+        version, pool = cursor.fetchone()
+    return {"version": version, "innodb_buffer_pool_bytes": pool}
 
 
 def reset() -> None:
@@ -135,7 +142,7 @@ def seed(orders: int, days: int, end: date) -> dict:
             on_progress=progress_printer(orders * 3),
         )
     seed_cpu = process_cpu() - cpu_started
-    seed_peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    seed_peak_rss = peak_rss_bytes(os.getpid())
     started = time.monotonic()
     planted = plant_inconsistencies(day=end, per_kind=PLANTED_PER_KIND, seed=42)
     for alias, tables in (("default", "orders, transaction_log"), ("credits", "order_credits")):
@@ -186,7 +193,7 @@ def spark_run(end: date, days: int, reports: Path, *, env: dict[str, str], clust
         out.seek(0), err.seek(0)
         stdout, stderr = out.read(), err.read()
     if process.returncode != 0:
-        raise SystemExit(f"run failed:\n{stdout}\n{stderr[-5000:]}")
+        print(f"run failed (exit {process.returncode}):\n{stdout}\n{stderr[-5000:]}", flush=True)
     drivers = processes.matching("org.apache.spark.deploy.SparkSubmit")
     executors = processes.matching("CoarseGrainedExecutorBackend")
     daemons = [seen for pid in cluster_pids if (seen := processes.seen.get(pid))]
@@ -195,12 +202,15 @@ def spark_run(end: date, days: int, reports: Path, *, env: dict[str, str], clust
     executor_cpu = sum(seen.cpu_seconds for seen in executors)
     daemon_cpu = sum(seen.cpu_seconds for seen in daemons)
     heap = gc_log_peaks(gc_dir / f"gc-{seen.pid}.log" for seen in drivers if (gc_dir / f"gc-{seen.pid}.log").exists())
-    found = dict.fromkeys(CHECK_NAMES, 0)
-    for day in Period.ending(end, days=days).dates:
-        checks = json.loads((reports / str(day) / "consistency.json").read_text())["checks"]
-        for name in CHECK_NAMES:
-            found[name] += checks[name]["count"]
+    found = None
+    if process.returncode == 0:
+        found = dict.fromkeys(CHECK_NAMES, 0)
+        for day in Period.ending(end, days=days).dates:
+            checks = json.loads((reports / str(day) / "consistency.json").read_text())["checks"]
+            for name in CHECK_NAMES:
+                found[name] += checks[name]["count"]
     return {
+        "exit_code": process.returncode,
         "wall_seconds": round(wall, 1),
         "cpu_seconds": round(processes.total_cpu_seconds(), 1),
         "cpu": {
@@ -257,7 +267,7 @@ def record(runs: list[dict], orders: int, variant: str, attempt: int, run: dict)
 
 
 def mismatches(runs: list[dict], planted: dict[int, dict[str, int]]) -> list[str]:
-    """Every run whose violations differ from what was planted in its data."""
+    """Every run that failed or whose violations differ from what was planted in its data."""
     return [
         f"{run['orders']:,} orders, {run['variant']} #{run['attempt']}: found {run['found']}, planted {want}"
         for run in runs
@@ -295,10 +305,11 @@ def markdown(seeds: list[dict], runs: list[dict]) -> str:
             split = f"{cpu['driver_jvm']} / {cpu['driver_python']} / {cpu['executors']}"
             python_rss, jvm_rss = run["driver_python_peak_rss_bytes"], run["driver_jvm_peak_rss_bytes"]
             heap = f"{mib(run['driver_heap_used_peak_bytes'])} / {mib(run['driver_heap_committed_peak_bytes'])}"
+        found = sum(run["found"].values()) if run["found"] else f"failed (exit {run.get('exit_code')})"
         lines.append(
             f"| {run['orders']:,} | {run['variant']} | {run['attempt']} | {run['wall_seconds']} | {run['cpu_seconds']} "
             f"| {split} | {run['database_threads_cpu_seconds']} / {run['database_whole_server_cpu_seconds']} "
-            f"| {mib(jvm_rss)} | {heap} | {mib(python_rss)} | {sum(run['found'].values())} "
+            f"| {mib(jvm_rss)} | {heap} | {mib(python_rss)} | {found} "
             f"| {run['load_average_after']} |"
         )
     return "\n".join(lines) + "\n"
@@ -337,6 +348,7 @@ def main() -> None:
     end = args.end or date.today() - timedelta(days=1)
     results = {
         "databases": database_names(),
+        "database_server": database_server(),
         "cpus": os.cpu_count(),
         "driver_memory": settings.SPARK_DRIVER_MEMORY,
         "days": args.days,
