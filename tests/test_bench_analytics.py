@@ -43,8 +43,7 @@ def test_gc_log_peaks_reads_g1_and_serial_lines(tmp_path):
 @pytest.mark.slow
 def test_the_sampler_counts_a_childs_cpu_and_peak_memory():
     burn = (
-        "import time; x = b\"x\" * (64 * 1024 * 1024); t = time.process_time()\n"
-        "while time.process_time() - t < 0.6: pass"
+        'import time; x = b"x" * (64 * 1024 * 1024); t = time.process_time()\nwhile time.process_time() - t < 0.6: pass'
     )
     process = subprocess.Popen([sys.executable, "-c", burn])
     with TreeSampler(lambda: [process.pid]) as sampler:
