@@ -21,8 +21,8 @@ databases (and the whole server's, which includes whatever else the machine runs
 set (VmHWM) and its heap's peak (from a GC log, -Xlog:gc through JAVA_TOOL_OPTIONS); the baseline's peak RSS. The
 bench fails unless Spark and the baseline both find exactly the planted violations, every one.
 
-`--seed-only` seeds one size and stops; `--skip-seed` measures what a `--seed-only` left (it remembers the day and
-the planted violations in a file beside the temporary directory's other files).
+`--seed-only` seeds one size and stops; `--skip-seed` measures what the last seed left (it remembers the day and
+the planted violations in a file in the temporary directory); `--cluster-only` runs only the cluster variant.
 """
 
 import argparse
@@ -335,6 +335,11 @@ def main() -> None:
     parser.add_argument(
         "--cluster", action="store_true", help="also run the largest size's day on a two-worker standalone cluster"
     )
+    parser.add_argument(
+        "--cluster-only",
+        action="store_true",
+        help="run only the cluster variant (with --skip-seed: data seeded before)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--markdown", type=Path, default=None, help="also write the summary tables here")
     parser.add_argument("--seed-only", action="store_true", help="reset and seed one size, then stop")
@@ -378,16 +383,17 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="bench-reports-") as reports:
             for attempt in range(1, args.repeat + 1):
                 for scope, days in scopes:
-                    run = spark_run(end, days, Path(reports), env={}, cluster_pids=[])
-                    record(results["runs"], orders, f"spark local, {scope}", attempt, run)
-                    record(
-                        results["runs"],
-                        orders,
-                        "sql" if days == 1 else f"sql, {scope}",
-                        attempt,
-                        baseline_run(end, days),
-                    )
-            if args.cluster and orders == max(args.orders):
+                    if not args.cluster_only:
+                        run = spark_run(end, days, Path(reports), env={}, cluster_pids=[])
+                        record(results["runs"], orders, f"spark local, {scope}", attempt, run)
+                        record(
+                            results["runs"],
+                            orders,
+                            "sql" if days == 1 else f"sql, {scope}",
+                            attempt,
+                            baseline_run(end, days),
+                        )
+            if (args.cluster or args.cluster_only) and orders == max(args.orders):
                 with standalone_cluster(
                     workers=CLUSTER_WORKERS,
                     cores=CLUSTER_WORKER_CORES,

@@ -16,6 +16,8 @@ import MySQLdb
 
 CLOCK_TICKS = 100  # USER_HZ on Linux; os.sysconf("SC_CLK_TCK") says the same on every kernel this runs on
 SAMPLE_SECONDS = 0.25
+# Short enough to see most of a JDBC partition's connection (each task opens its own), cheap: one PROCESSLIST query.
+SERVER_SAMPLE_SECONDS = 0.1
 SERVER_NAMES = ("mariadbd", "mysqld")
 
 
@@ -146,8 +148,9 @@ class TreeSampler:
 class ServerThreads:
     """Count the database server's CPU spent on the connections to some schemas, polled until stopped.
 
-    Each connection's OS thread is sampled from when it is first seen serving one of the schemas to when it is
-    last seen, so a connection's first and last sampling interval may be missed. None when the server is not a
+    A thread seen serving one of the schemas counts from the start (every server thread's time is read then; a
+    thread started later counts from zero) to when it was last seen: a short query between two polls is missed, and
+    a pooled thread's work for another client in the same window would be counted. None when the server is not a
     process of this machine.
     """
 
@@ -159,8 +162,16 @@ class ServerThreads:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
         self._whole_start = process_cpu_seconds(self._pid)
+        self._start = self._thread_times() if self._pid is not None else {}
         self.cpu_seconds: float | None = None
         self.whole_server_cpu_seconds: float | None = None
+
+    def _thread_times(self) -> dict[int, float]:
+        times = {}
+        for task in Path(f"/proc/{self._pid}/task").iterdir():
+            if (stat := _stat_fields(task / "stat")) is not None:
+                times[int(task.name)] = cpu_seconds(stat)
+        return times
 
     def __enter__(self) -> "ServerThreads":
         if self._pid is not None:
@@ -189,8 +200,8 @@ class ServerThreads:
                     stat = _stat_fields(Path(f"/proc/{self._pid}/task/{tid}/stat"))
                     if stat is not None:
                         seconds = cpu_seconds(stat)
-                        self._threads.setdefault(tid, [seconds, seconds])[1] = seconds
-                if self._stop.wait(SAMPLE_SECONDS):
+                        self._threads.setdefault(tid, [self._start.get(tid, 0.0), seconds])[1] = seconds
+                if self._stop.wait(SERVER_SAMPLE_SECONDS):
                     break
         finally:
             connection.close()
