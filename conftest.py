@@ -161,7 +161,7 @@ def staff_client(make_staff_client) -> Client:
 @pytest.fixture(scope="session")
 def rabbitmq_cluster(tmp_path_factory):
     """A three-node RabbitMQ cluster beside the system broker, started once (about a minute) for the session."""
-    from tests.rabbitmq_cluster import RabbitCluster
+    from testkit.rabbitmq_cluster import RabbitCluster
 
     cluster = RabbitCluster(tmp_path_factory.mktemp("rabbitmq-cluster"))
     try:

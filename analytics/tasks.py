@@ -4,7 +4,7 @@ Spark starts a JVM and background threads; a prefork worker process is the wrong
 memory they take), so the task only launches `manage.py run_nightly_reports` and reports how it ended.
 
 A worker's warm shutdown does not wait hours for it: the worker SIGTERMs the pool process running it
-(config/celery.py, `interrupt_on_worker_shutdown`), which passes the signal on to the command. The command records
+(core/worker.py, `interrupt_on_worker_shutdown`), which passes the signal on to the command. The command records
 the run as interrupted, releases its lock and exits 75; the task then hands its message back to the queue, and the
 next worker to start runs the day again.
 """

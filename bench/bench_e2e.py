@@ -40,7 +40,7 @@ def place_bursts(stream, *, size: int, bursts: int, user_ids: list[int]) -> None
     """Send `bursts` bursts of `size` orders, each order from its own thread released at the same instant."""
     import requests
 
-    from tests.reliability.harness import wait_for_credits
+    from testkit.harness import wait_for_credits
 
     sessions = []  # one client (keep-alive connection) per slot, kept from burst to burst
     for slot in range(size):
@@ -70,9 +70,9 @@ def run(*, rate: float, seconds: float, polling: bool, burst: int = 0, bursts: i
     from accounts.services import api_token_create
     from credits.models import OrderCredit
     from orders.models import Order
-    from tests.processes import service_env
-    from tests.reliability.conftest import purge_queues
-    from tests.reliability.harness import Cluster, Ledger, OrderStream, wait_for_credits
+    from testkit.harness import Cluster, Ledger, OrderStream, wait_for_credits
+    from testkit.processes import service_env
+    from testkit.queues import purge_queues
 
     run_id = time.strftime("%H%M%S") + ("p" if polling else "w")
     # Bursts spread over more users so that no user passes the rate limit (20/second by default).

@@ -143,12 +143,14 @@ def child(args: argparse.Namespace) -> int:
     logging.disable(logging.INFO)  # as bench_credits.py runs its workers (--loglevel WARNING)
     from celery.app.trace import trace_task_ret
 
-    from config.celery import _sql_spans, app
+    from config.celery import app
     from core import tracing
+    from core.celery_spans import celery_spans_install
     from core.contract import AWARD_CREDITS_TASK, CREATED_AT_HEADER, SCHEMA_VERSION
+    from core.worker import _sql_spans
 
     app.loader.import_default_modules()  # the tasks, as a worker imports them at start
-    tracing.tracing_setup(service_name="creditshop-worker", celery=True, sql=_sql_spans())
+    tracing.tracing_setup(service_name="creditshop-worker", instrument=[celery_spans_install], sql=_sql_spans())
     counter = span_counter_install() if tracing.tracing_enabled() else None
     task_name = AWARD_CREDITS_TASK
 

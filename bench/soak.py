@@ -5,9 +5,9 @@ acknowledged, lost and duplicated.
     .venv/bin/python bench/soak.py --minutes 10 [--rate 30] [--fault-every 15] [--credits-outage 20]
 
 The order service uses its own database (BENCH_DATABASE_URL, default creditshop_bench). The credits service's
-database lives on a private MariaDB server the soak starts for the run (tests/mariadb_server.py) and crashes as one
+database lives on a private MariaDB server the soak starts for the run (testkit/mariadb_server.py) and crashes as one
 of its faults. The relay and the workers log in with users confined to their own service's tables
-(tests/database_users.py). It uses the broker of CELERY_BROKER_URL and stops RabbitMQ's app (rabbitmqctl stop_app /
+(testkit/database_users.py). It uses the broker of CELERY_BROKER_URL and stops RabbitMQ's app (rabbitmqctl stop_app /
 start_app) during the run: do not point it at a shared broker.
 
 With --rabbitmq-cluster DIR it starts the three-node cluster of scripts/rabbitmq_cluster.sh in DIR instead, runs
@@ -16,7 +16,7 @@ a pause), and a graceful stop of the node leading it then (started again after a
 the end.
 
 With --rolling-restart, after the faults (or alone, with --minutes 0) it restarts every process type in turn the way
-an operator does (tests/reliability/restarts.py), orders still flowing through two gunicorn instances: a gapless
+an operator does (testkit/restarts.py), orders still flowing through two gunicorn instances: a gapless
 reload (TTIN, TTOU) and a HUP of gunicorn, each gunicorn stopped and started while the other serves, then the relay,
 the outbox, credits and analytics workers and beat on SIGTERM (the analytics worker in the middle of a nightly run).
 It prints each process's stop time and the order p99 during each restart.
@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import setup_django  # noqa: E402
 
-from tests.mariadb_server import MariaDBServer  # noqa: E402
-from tests.processes import free_port  # noqa: E402
+from testkit.mariadb_server import MariaDBServer  # noqa: E402
+from testkit.processes import free_port  # noqa: E402
 
 CREDITS_DATABASE = "creditshop_bench_credits"
 FAULTS = ("consumer", "relay", "broker", "connections", "credits-database")
@@ -93,10 +93,8 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
     from tqdm import tqdm
 
     from accounts.services import api_token_create
-    from tests.database_users import ProcessUsers
-    from tests.processes import service_env
-    from tests.reliability.conftest import purge_queues
-    from tests.reliability.harness import (
+    from testkit.database_users import ProcessUsers
+    from testkit.harness import (
         Backends,
         Cluster,
         Ledger,
@@ -106,6 +104,8 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
         wait_for_credits,
         wait_until_credited,
     )
+    from testkit.processes import service_env
+    from testkit.queues import purge_queues
 
     call_command("migrate", database="credits", verbosity=0)
 
@@ -116,7 +116,7 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
     broker_url, extra_env, rabbit = settings.CELERY_BROKER_URL, {}, None
     if args.rabbitmq_cluster:
         from core.contract import CREDITS_QUEUE, QUEUE_TYPE_QUORUM
-        from tests.rabbitmq_cluster import RabbitCluster
+        from testkit.rabbitmq_cluster import RabbitCluster
 
         rabbit = RabbitCluster(Path(args.rabbitmq_cluster))
         rabbit.start()
@@ -249,7 +249,7 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
     restart_problems = []
     if args.rolling_restart:
         from analytics.models import NightlyRun
-        from tests.reliability.restarts import clean_restart_problems
+        from testkit.restarts import clean_restart_problems
 
         print(f"rolling restart:   (load average now {' '.join(f'{load:.2f}' for load in os.getloadavg())})")
         for item in restarts:
@@ -281,7 +281,7 @@ def rolling_restart(cluster, backends) -> tuple[list, int]:
     """Restart every process type in turn, a few seconds apart, while the stream goes on; return the restarts and
     the id of the last nightly run recorded before them."""
     from analytics.models import NightlyRun
-    from tests.reliability.restarts import (
+    from testkit.restarts import (
         reload_gunicorn,
         reload_gunicorn_gapless,
         restart,

@@ -258,9 +258,23 @@ CREDITS_MAX_RETRIES = env_int("CREDITS_MAX_RETRIES", 3, minimum=0)
 CREDITS_RETRY_BASE_SECONDS = env_float("CREDITS_RETRY_BASE_SECONDS", 1.0, minimum=0.01)
 CREDITS_RETRY_MAX_SECONDS = env_float("CREDITS_RETRY_MAX_SECONDS", 60.0, minimum=0.01)
 # How long one delivery waits for an unreachable credits database before it goes back to the queue, its retries
-# untouched (credits/retry.py). Keep it under the broker heartbeat (Celery's default 120 s), which a solo worker does
+# untouched (credits/outage.py). Keep it under the broker heartbeat (Celery's default 120 s), which a solo worker does
 # not send while a task runs.
 CREDITS_OUTAGE_WAIT_SECONDS = env_float("CREDITS_OUTAGE_WAIT_SECONDS", 30.0, minimum=0.1, maximum=100.0)
+
+# Time limits of every task (Celery reads them under these names; prefork pools enforce them, solo and threads pools
+# cannot): a hung task (a query no timeout covers, a lock never released) gives its worker process back. At the soft
+# limit the task gets SoftTimeLimitExceeded, which the award's failure path retries like any unexpected error; at the
+# hard limit the pool process is killed and replaced, and an award's message goes back to the queue (acks_late,
+# credits/tasks.py). The longest legitimate task is an award that waits out a credits outage and then records a
+# dead letter through another (2 x CREDITS_OUTAGE_WAIT_SECONDS, at most 200 s); a relay task stops at 30 s.
+CELERY_TASK_SOFT_TIME_LIMIT = env_int("CELERY_TASK_SOFT_TIME_LIMIT", 300, minimum=1)
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT", 330, minimum=2)
+if CELERY_TASK_TIME_LIMIT <= CELERY_TASK_SOFT_TIME_LIMIT:
+    raise ImproperlyConfigured(
+        f"CELERY_TASK_TIME_LIMIT ({CELERY_TASK_TIME_LIMIT}) must be above CELERY_TASK_SOFT_TIME_LIMIT"
+        f" ({CELERY_TASK_SOFT_TIME_LIMIT}): the soft limit lets the task end itself first"
+    )
 
 # /metrics answers only a scraper that sends "Authorization: Bearer <METRICS_TOKEN>"; unset leaves it open (a developer
 # machine, or a port only Prometheus can reach).
@@ -306,6 +320,14 @@ ANALYTICS_RUN_TIMEOUT_SECONDS = env_int("ANALYTICS_RUN_TIMEOUT_SECONDS", 3 * 360
 CELERY_BEAT_SCHEDULE[RUN_NIGHTLY_TASK] = {
     "task": RUN_NIGHTLY_TASK,
     "schedule": crontab(hour=ANALYTICS_NIGHTLY_HOUR, minute=ANALYTICS_NIGHTLY_MINUTE),
+}
+# The nightly task's own time limits, past the subprocess's ANALYTICS_RUN_TIMEOUT_SECONDS (which kills the command and
+# its Spark JVM first): they stop the task only if it hangs after its command ended.
+CELERY_TASK_ANNOTATIONS = {
+    RUN_NIGHTLY_TASK: {
+        "soft_time_limit": ANALYTICS_RUN_TIMEOUT_SECONDS + 60,
+        "time_limit": ANALYTICS_RUN_TIMEOUT_SECONDS + 120,
+    }
 }
 
 if not DEBUG:

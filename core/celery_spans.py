@@ -12,7 +12,7 @@ span: it copied up to nineteen request fields onto it (the delivery info as a st
   is sampled out, no span: the headers carry the current context on.
 
 Attributes: ``celery.task_name``, ``messaging.message_id`` (the task id: the outbox transaction id) and, when not
-zero, ``celery.retries``. Installed by core.tracing.tracing_setup(celery=True).
+zero, ``celery.retries``. Installed by the worker (core/worker.py) through core.tracing.tracing_setup(instrument=...).
 """
 
 from collections.abc import Callable

@@ -59,6 +59,7 @@ class Insert:
     `keep_existing` adds ``ON DUPLICATE KEY UPDATE <pk> = <pk>``: a row already there stays as it is.
     `only_if`, an SQL condition without parameters, makes it ``INSERT INTO <table> (...) SELECT %s, ... FROM DUAL
     WHERE <condition>``: the row is written only when the condition holds when the statement runs.
+    `many(n)` is the same statement for n rows at once (a bulk load: one statement, one round trip per batch).
     """
 
     def __init__(
@@ -74,18 +75,41 @@ class Insert:
         """The columns written, in parameter order."""
         return tuple(_field(self.model, name).column for name in self.fields)
 
+    @property
+    def database(self) -> str:
+        """The alias of the database the model is routed to, where the statement must run."""
+        return router.db_for_write(self.model)
+
     @cached_property
     def sql(self) -> str:
+        return self._statement(rows=1)
+
+    def many(self, rows: int) -> str:
+        """Return the statement for `rows` rows at once: ``VALUES (%s, ...), (%s, ...)``, parameters row after row."""
+        if rows < 1:
+            raise ValueError(f"an INSERT writes at least one row, not {rows}")
+        if self.only_if and rows > 1:
+            raise ValueError("an INSERT guarded by a condition (only_if) writes one row")
+        if rows not in self._many:
+            self._many[rows] = self._statement(rows=rows)
+        return self._many[rows]
+
+    @cached_property
+    def _many(self) -> dict[int, str]:
+        # A bulk load uses one batch size and a last, smaller batch: two entries.
+        return {}
+
+    def _statement(self, *, rows: int) -> str:
         self._row  # noqa: B018 (building it refuses a statement that leaves a column to no default)
         qn = _quote_name(self.model)
         meta = self.model._meta
         columns = ", ".join(qn(column) for column in self.columns)
         placeholders = ", ".join(["%s"] * len(self.columns))
         # Identifiers come from model metadata, quoted; values are query parameters.
-        rows = f"VALUES ({placeholders})"
+        values = f"VALUES {', '.join([f'({placeholders})'] * rows)}"
         if self.only_if:
-            rows = f"SELECT {placeholders} FROM DUAL WHERE {self.only_if}"  # noqa: S608 (a condition of this module's own)
-        sql = f"INSERT INTO {qn(meta.db_table)} ({columns}) {rows}"  # noqa: S608
+            values = f"SELECT {placeholders} FROM DUAL WHERE {self.only_if}"  # noqa: S608 (a condition of this module's own)
+        sql = f"INSERT INTO {qn(meta.db_table)} ({columns}) {values}"  # noqa: S608
         if self.keep_existing:
             sql += f" ON DUPLICATE KEY UPDATE {qn(meta.pk.column)} = {qn(meta.pk.column)}"
         return sql

@@ -12,7 +12,7 @@ Imports no app: the outbox writes and the relay, the credits worker and the admi
 import contextlib
 import logging
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from django.core.exceptions import ImproperlyConfigured
 from opentelemetry import trace
@@ -77,10 +77,17 @@ def _span_exporters(environ) -> list:
     return exporters
 
 
-def tracing_setup(*, service_name: str, django: bool = False, celery: bool = False, sql: bool = True) -> bool:
+def tracing_setup(
+    *,
+    service_name: str,
+    django: bool = False,
+    sql: bool = True,
+    instrument: Iterable[Callable[[trace.Tracer], object]] = (),
+) -> bool:
     """Install the tracer provider and the instrumentations in this process if OTEL_* asks; return whether it did.
 
-    `service_name` is the default for OTEL_SERVICE_NAME; `sql` adds a span per SQL statement. A second call changes
+    `service_name` is the default for OTEL_SERVICE_NAME; `sql` adds a span per SQL statement; each of `instrument`
+    is called with the process's tracer (a worker passes core.celery_spans.celery_spans_install). A second call changes
     nothing. Gunicorn workers import the WSGI module after the fork and Celery's prefork children run
     worker_process_init, so each sets itself up; a process that set up and then forks (gunicorn --preload) is fine
     too, since the SDK restarts its batch export thread in the child (os.register_at_fork).
@@ -111,10 +118,8 @@ def tracing_setup(*, service_name: str, django: bool = False, celery: bool = Fal
         from opentelemetry.instrumentation.django import DjangoInstrumentor
 
         DjangoInstrumentor().instrument(tracer_provider=provider)
-    if celery:
-        from core.celery_spans import celery_spans_install
-
-        celery_spans_install(_state["tracer"])
+    for install in instrument:
+        install(_state["tracer"])
     _state["enabled"] = True
     logger.info("tracing on: exporting spans as %s", provider.resource.attributes.get(SERVICE_NAME))
     return True

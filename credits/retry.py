@@ -10,9 +10,8 @@ It follows the design the service comes from (reconsume up to 3 times, then the 
   retries, for any consumer to take, after the same backoff as a retry (its n-th hand-back waits like retry n); only
   when CREDITS_UNKNOWN_VERSION_WAIT_SECONDS have passed since a consumer first handed it back is it dead-lettered
   (version_not_supported). A version older than every accepted one is permanent, as above.
-- An outage is not the message's fault: while the credits database cannot be reached, the consumer waits for it
-  (credits.tasks) and then puts the message back on the queue, spending none of its retries; consumption slows to
-  one connection attempt a second until the database answers, and no message turns into a dead letter meanwhile.
+- An outage is not the message's fault: an error meaning the credits database cannot be reached is classified here
+  (database_unavailable); the waiting, the polling and what follows are credits/outage.py's.
 - Backoff: capped exponential with equal jitter (core/backoff.py); retry n (0-based) waits d/2 + uniform(0, d/2)
   seconds, where d = min(CREDITS_RETRY_MAX_SECONDS, CREDITS_RETRY_BASE_SECONDS * 2**n). Half of each delay is fixed,
   so delays grow from one retry to the next; the random half spreads a burst of failures so they do not retry in
@@ -51,10 +50,6 @@ CONNECTION_ERRORS = frozenset(
         4031,  # ER_CLIENT_INTERACTION_TIMEOUT (MySQL 8): the server closed an idle connection
     }
 )
-
-# The pauses between two connection attempts while waiting: doubling from the first to the longest.
-OUTAGE_POLL_FIRST_SECONDS = 0.05
-OUTAGE_POLL_MAX_SECONDS = 1.0
 
 _PERMANENT = {
     MalformedMessage: Reason.MALFORMED,
@@ -110,11 +105,6 @@ def failure_classify(exc: BaseException) -> Failure:
 def max_retries() -> int:
     """Return how many more tries a message gets after its first, by retry or by redelivery (CREDITS_MAX_RETRIES)."""
     return settings.CREDITS_MAX_RETRIES
-
-
-def outage_wait_seconds() -> float:
-    """Return how long one delivery waits for an unreachable credits database (CREDITS_OUTAGE_WAIT_SECONDS)."""
-    return settings.CREDITS_OUTAGE_WAIT_SECONDS
 
 
 def newer_version_wait_seconds() -> float:

@@ -38,25 +38,22 @@ checks find (orphan_credit, credit_amount_mismatch); see docs/ARCHITECTURE.md.
 
 import contextlib
 import functools
-import itertools
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import DatabaseError, IntegrityError, connections, router, transaction
+from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
 from core import sql
-from core.backoff import backoff_delay
 from core.contract import TRANSACTION_ID
 from core.errors import ReasonRequired
 from core.retention import purge_in_batches
 from credits.messages import award_message_parse
 from credits.models import CreditBalance, DeadLetter, OrderCredit
-from credits.retry import OUTAGE_POLL_FIRST_SECONDS, OUTAGE_POLL_MAX_SECONDS, failure_classify
+from credits.retry import failure_classify
 
 CREDITS_PER_UNIT = 2
 ERROR_TEXT_MAX = 4000
@@ -73,24 +70,6 @@ class CreditAward:
 def credits_database() -> str:
     """Return the alias of the credits service's database, where every statement of this module runs."""
     return router.db_for_write(OrderCredit)
-
-
-def credits_database_wait(*, until: float) -> bool:
-    """Wait until the credits database takes a connection, at most until this monotonic time; return whether it did."""
-    connection = connections[credits_database()]
-    for attempt in itertools.count():
-        with contextlib.suppress(DatabaseError):  # closing a connection the server dropped can fail too
-            connection.close()
-        try:
-            connection.ensure_connection()
-            return True
-        except DatabaseError:
-            pass
-        remaining = until - time.monotonic()
-        if remaining <= 0:
-            return False
-        pause = backoff_delay(attempt, base=OUTAGE_POLL_FIRST_SECONDS, cap=OUTAGE_POLL_MAX_SECONDS, jitter=False)
-        time.sleep(min(pause, remaining))
 
 
 # The award is the consumer's hot path, so its statements are plain SQL built from the models (core/sql.py says why,

@@ -6,10 +6,8 @@ message is applied at least once; the UNIQUE order_id in the award service makes
 
 import logging
 import math
-import time
-from collections.abc import Callable
 from datetime import datetime
-from typing import Any, NoReturn, TypeVar
+from typing import Any, NoReturn
 
 from celery import Task, shared_task, signals
 from celery.exceptions import Reject, Retry
@@ -20,7 +18,7 @@ from django.utils import timezone
 from core import tracing
 from core.contract import AWARD_CREDITS_TASK, QUEUE_TYPE_QUORUM
 from core.logs import transaction_bind, transaction_unbind
-from credits import metrics, retry, services
+from credits import metrics, outage, retry, services
 from credits.errors import MalformedMessage, Redelivered
 from credits.headers import headers_to_carry, message_age_seconds
 from credits.messages import award_message_parse
@@ -43,22 +41,6 @@ DELIVERY_COUNT_HEADER = "x-delivery-count"
 def _redeliveries(request) -> int:
     value = (request.headers or {}).get(DELIVERY_COUNT_HEADER) or getattr(request, DELIVERY_COUNT_HEADER, 0)
     return value if isinstance(value, int) else 0
-
-
-T = TypeVar("T")
-
-
-def _through_outage(call: Callable[[], T]) -> T:
-    """Return call(); while the credits database cannot be reached, wait for it (a while) and call again."""
-    until = time.monotonic() + retry.outage_wait_seconds()
-    while True:
-        try:
-            return call()
-        except Exception as exc:
-            if not retry.failure_classify(exc).outage or time.monotonic() >= until:
-                raise
-            if not services.credits_database_wait(until=until):
-                raise
 
 
 def _header(request, name: str) -> Any:
@@ -145,7 +127,7 @@ def _fail(task: Task, exc: Exception, payload: Any) -> NoReturn:
         connection.close()
     try:
         with tracing.span("credits.dead_letter", attributes={"credits.reason": failure.reason}):
-            _through_outage(
+            outage.through_outage(
                 lambda: services.dead_letter_record(
                     message_id=str(request.id),
                     payload=payload,
@@ -190,7 +172,7 @@ def _requeue_during_outage(task: Task, failure: retry.Failure, exc: Exception) -
     logger.warning(
         "credits message %s put back on the queue: the credits database has not answered for %.0fs (%s)",
         request.id,
-        retry.outage_wait_seconds(),
+        outage.outage_wait_seconds(),
         failure.error,
     )
     if settings.CELERY_QUEUE_TYPE != QUEUE_TYPE_QUORUM or request.is_eager:
@@ -277,7 +259,7 @@ def award_credits(self: Task, *args: Any, **kwargs: Any) -> str:
             raise MalformedMessage('expected keyword argument "message" only')
         message = award_message_parse(payload)
         with tracing.span("credits.award", attributes={"creditshop.order_id": message.order_id}):
-            award = _through_outage(
+            award = outage.through_outage(
                 lambda: services.credit_award(
                     transaction_id=message.transaction_id,
                     order_id=message.order_id,

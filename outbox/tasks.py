@@ -7,10 +7,9 @@ from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
-from django.utils import timezone
 
 from core.contract import PURGE_PUBLISHED_TASK, RELAY_TASK, SWEEP_TASK
-from core.retention import PURGE_MAX_BATCHES
+from core.retention import scheduled_purge
 from outbox.drain import BrokerUnavailable, drain
 from outbox.outage import OutageLog
 from outbox.publisher import Publisher
@@ -58,11 +57,9 @@ def sweep() -> int:
 @shared_task(name=PURGE_PUBLISHED_TASK, ignore_result=True)
 def purge_published() -> int:
     """Delete rows published more than OUTBOX_RETENTION_DAYS ago, in small batches."""
-    deleted = messages_purge_published(
-        older_than=timezone.now() - timedelta(days=settings.OUTBOX_RETENTION_DAYS),
-        batch_size=settings.OUTBOX_RETENTION_BATCH_SIZE,
-        max_batches=PURGE_MAX_BATCHES,
+    return scheduled_purge(
+        messages_purge_published,
+        keep=timedelta(days=settings.OUTBOX_RETENTION_DAYS),
+        rows="published rows",
+        log=logger,
     )
-    if deleted:
-        logger.info("outbox: purged %d published rows older than %d days", deleted, settings.OUTBOX_RETENTION_DAYS)
-    return deleted

@@ -2,8 +2,8 @@
 
 import pytest
 
-from tests.processes import free_port, service_env
-from tests.reliability.harness import Cluster
+from testkit.harness import Cluster
+from testkit.processes import free_port, service_env
 
 
 @pytest.fixture(scope="module")

@@ -11,8 +11,8 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 
 from accounts.services import api_token_create
-from tests.processes import free_port, service_env
-from tests.reliability.harness import Cluster
+from testkit.harness import Cluster
+from testkit.processes import free_port, service_env
 
 LOGIN = "/admin/login/"
 PASSWORD = "correct horse battery staple"

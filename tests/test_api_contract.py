@@ -15,7 +15,7 @@ from schemathesis.config import SchemathesisConfig
 
 from accounts.services import api_token_create
 from credits.services import credit_award
-from tests.reliability.harness import VENV_BIN
+from testkit.harness import VENV_BIN
 
 pytestmark = pytest.mark.slow
 

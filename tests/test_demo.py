@@ -6,8 +6,8 @@ import time
 import pexpect
 import pytest
 
-from tests.processes import free_port, service_env
-from tests.reliability.harness import ROOT
+from testkit.harness import ROOT
+from testkit.processes import free_port, service_env
 
 pytestmark = pytest.mark.slow
 

@@ -10,10 +10,10 @@ from django.db import connections
 from credits.models import OrderCredit
 from credits.tests.support import wait_until
 from orders.services import order_create
-from tests.database_users import ProcessUsers
-from tests.processes import database_address, free_port, service_env
-from tests.reliability.conftest import purge_queues
-from tests.reliability.harness import Cluster
+from testkit.database_users import ProcessUsers
+from testkit.harness import Cluster
+from testkit.processes import database_address, free_port, service_env
+from testkit.queues import purge_queues
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

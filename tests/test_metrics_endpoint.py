@@ -10,7 +10,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from analytics.models import NightlyRun
-from tests.processes import broker_url, free_port
+from testkit.processes import broker_url, free_port
 
 pytestmark = pytest.mark.django_db
 

@@ -36,6 +36,9 @@ ROOT = Path(__file__).resolve().parent.parent
         ("CREDITS_ACCEPTED_MESSAGE_VERSIONS", ","),
         ("CREDITS_UNKNOWN_VERSION_WAIT_SECONDS", "-1"),
         ("CREDITS_UNKNOWN_VERSION_WAIT_SECONDS", "an hour"),
+        ("CELERY_TASK_SOFT_TIME_LIMIT", "0"),
+        ("CELERY_TASK_TIME_LIMIT", "soon"),
+        ("CELERY_TASK_TIME_LIMIT", "300"),  # not above the soft limit (300 by default)
     ],
 )
 def test_bad_value_fails_start_up_naming_the_variable(name, value):

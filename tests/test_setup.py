@@ -4,8 +4,8 @@ import subprocess
 
 import pytest
 
-from tests.processes import free_port, mysql_url, service_env
-from tests.reliability.harness import ROOT
+from testkit.harness import ROOT
+from testkit.processes import free_port, mysql_url, service_env
 
 pytestmark = pytest.mark.slow
 

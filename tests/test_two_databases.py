@@ -15,7 +15,7 @@ from django.test.utils import CaptureQueriesContext
 from credits import services as credits_services
 from credits.models import DeadLetter
 from credits.tests.support import place_order
-from tests.processes import database_address, database_url, service_env
+from testkit.processes import database_address, database_url, service_env
 
 ORDER_SERVICE_TABLES = {"orders", "transaction_log", "idempotency_keys", "auth_user"}
 CREDITS_SERVICE_TABLES = {"order_credits", "credit_balances", "credit_dead_letters"}

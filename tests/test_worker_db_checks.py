@@ -1,5 +1,5 @@
 """Workers check their database connections before a task at most once a second per thread, and only they
-(config/celery.py): Celery's Django fixup does nothing per task."""
+(core/worker.py): Celery's Django fixup does nothing per task."""
 
 import threading
 import time
@@ -9,7 +9,8 @@ from celery import signals
 from celery.fixups.django import DjangoFixup
 from celery.utils.dispatch.signal import _make_id
 
-from config import celery as celery_config
+from config.celery import app as celery_app
+from core import worker
 
 
 def task(*, eager: bool = False) -> SimpleNamespace:
@@ -18,19 +19,19 @@ def task(*, eager: bool = False) -> SimpleNamespace:
 
 def test_a_worker_thread_checks_its_connections_once_per_interval_and_each_thread_for_itself(monkeypatch):
     checks = []
-    monkeypatch.setattr(celery_config, "close_old_connections", lambda: checks.append(threading.get_ident()))
-    monkeypatch.setattr(celery_config, "DB_CHECK_INTERVAL_SECONDS", 0.2)
-    monkeypatch.setattr(celery_config, "_db_checked", threading.local())
+    monkeypatch.setattr(worker, "close_old_connections", lambda: checks.append(threading.get_ident()))
+    monkeypatch.setattr(worker, "DB_CHECK_INTERVAL_SECONDS", 0.2)
+    monkeypatch.setattr(worker, "_db_checked", threading.local())
 
     for _ in range(50):
-        celery_config.database_connections_refresh(task=task())
+        worker.database_connections_refresh(task=task())
     assert len(checks) == 1
 
     time.sleep(0.25)
-    celery_config.database_connections_refresh(task=task())
+    worker.database_connections_refresh(task=task())
     assert len(checks) == 2
 
-    other = threading.Thread(target=celery_config.database_connections_refresh, kwargs={"task": task()})
+    other = threading.Thread(target=worker.database_connections_refresh, kwargs={"task": task()})
     other.start()
     other.join()
     assert len(checks) == 3
@@ -39,10 +40,10 @@ def test_a_worker_thread_checks_its_connections_once_per_interval_and_each_threa
 
 def test_eager_tasks_leave_the_callers_connections_alone(monkeypatch):
     checks = []
-    monkeypatch.setattr(celery_config, "close_old_connections", lambda: checks.append(1))
-    monkeypatch.setattr(celery_config, "_db_checked", threading.local())
+    monkeypatch.setattr(worker, "close_old_connections", lambda: checks.append(1))
+    monkeypatch.setattr(worker, "_db_checked", threading.local())
 
-    celery_config.database_connections_refresh(task=task(eager=True))
+    worker.database_connections_refresh(task=task(eager=True))
 
     assert checks == []
 
@@ -60,19 +61,19 @@ def fixup_receivers(worker_fixup) -> list[str]:
 class StartingWorker:
     """What the fixup reads of the worker that starts (a signal's sender must be hashable)."""
 
-    app = celery_config.app
+    app = celery_app
 
 
 def test_a_starting_worker_takes_the_django_fixups_per_task_handlers_out():
-    fixup = next(f for f in celery_config.app._fixups if isinstance(f, DjangoFixup))
-    worker = StartingWorker()
+    fixup = next(f for f in celery_app._fixups if isinstance(f, DjangoFixup))
+    starting = StartingWorker()
     try:
         # What Celery's fixup does at worker start, alone: it handles every task.
-        fixup.on_worker_init(sender=worker)
+        fixup.on_worker_init(sender=starting)
         assert fixup_receivers(fixup.worker_fixup) == ["task_prerun", "task_postrun"]
 
-        # The worker start as it happens: the fixup's receiver, then config/celery.py's.
-        signals.worker_init.send(sender=worker)
+        # The worker start as it happens: the fixup's receiver, then core/worker.py's.
+        signals.worker_init.send(sender=starting)
         assert fixup_receivers(fixup.worker_fixup) == []
         # Its work at a prefork child's start stays: closing the connections inherited from the parent.
         assert any(

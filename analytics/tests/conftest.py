@@ -1,7 +1,5 @@
 """One SparkSession for every analytics test (starting a JVM costs seconds), and builders for small frames."""
 
-from datetime import UTC, datetime
-
 import pytest
 from pyspark.sql import DataFrame, SparkSession
 
@@ -15,11 +13,6 @@ def spark() -> SparkSession:
     session = spark_session_create(master="local[2]", overrides={"spark.sql.shuffle.partitions": "2"})
     yield session
     session.stop()
-
-
-def at(day: int, hour: int = 12, minute: int = 0, second: int = 0, *, month: int = 11) -> datetime:
-    """An instant in November 2026, UTC."""
-    return datetime(2026, month, day, hour, minute, second, tzinfo=UTC)
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ from analytics.checks import (
     transform_violations,
 )
 from analytics.period import Period
-from analytics.tests.conftest import at
+from analytics.tests.support import at
 
 pytestmark = pytest.mark.spark
 

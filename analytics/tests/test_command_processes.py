@@ -25,7 +25,7 @@ from django.utils import timezone
 from analytics.models import NightlyRun
 from demo.seed import seed_demo_data
 from orders.models import Order
-from tests.processes import database_url, service_env
+from testkit.processes import database_url, service_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

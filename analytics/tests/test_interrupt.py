@@ -134,7 +134,7 @@ def test_sigterm_is_forwarded_to_the_command_and_reported():
 def test_the_worker_shutdown_hook_signals_only_pool_processes_of_marked_tasks(monkeypatch):
     from celery.worker import state
 
-    from config.celery import long_tasks_interrupt
+    from core.worker import long_tasks_interrupt
 
     sleepers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
     marked, plain = (type("Task", (), {"interrupt_on_worker_shutdown": flag})() for flag in (True, False))
@@ -170,7 +170,7 @@ print(spark_jvm_stop(grace_seconds=0.5), stubborn.wait(timeout=30))
 def test_an_interrupted_run_stops_the_jvm_it_started_even_one_that_ignores_sigterm():
     from django.conf import settings
 
-    from tests.processes import service_env
+    from testkit.processes import service_env
 
     completed = subprocess.run(
         [sys.executable, "-c", STOP_CHILDREN_PROBE],

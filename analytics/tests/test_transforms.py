@@ -7,7 +7,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from analytics.period import Period
 from analytics.schemas import DAILY_HISTORY_SCHEMA, FIRST_ORDERS_SCHEMA
-from analytics.tests.conftest import at
+from analytics.tests.support import at
 from analytics.transforms import (
     transform_award_latency,
     transform_credit_distribution,

@@ -19,8 +19,10 @@ from kombu import Connection
 from config.celery import app
 from core.contract import CREDITS_DEAD_QUEUE, CREDITS_QUEUE
 from orders.services import order_create
+from outbox.claims import ClaimedMessage
 from outbox.models import TransactionLog
-from tests.processes import service_env
+from outbox.publisher import Publisher
+from testkit.processes import service_env
 
 AWARD_TASK = "credits.award_credits"
 CREDITS = "credits"
@@ -32,10 +34,20 @@ def place_order(*, user, total: int = 3) -> tuple[int, dict]:
     return order.pk, TransactionLog.objects.get(pk=order.transaction_id).payload
 
 
-def publish(payload, *, task_id: str | None = None, **options) -> None:
-    """Publish a credits message exactly as the relay does (see the contract in the project notes)."""
-    task_id = task_id or payload["transaction_id"]
-    app.send_task(AWARD_TASK, kwargs={"message": payload}, task_id=task_id, queue=CREDITS_QUEUE, **options)
+def publish(*payloads: dict) -> None:
+    """Publish credits messages through the relay's own publisher, in one batch, and require the broker's confirms.
+
+    Not app.send_task: since Celery 5.7 it stamps the task's time limits into the message (its `timelimit` header)
+    once the task is registered in the publishing process, and a worker obeys a message's limits over its own
+    settings. The relay's messages carry none (outbox/messages.py); a test's must not either.
+    """
+    messages = [ClaimedMessage(id=payload["transaction_id"], payload=payload, attempts=0) for payload in payloads]
+    publisher = Publisher()
+    try:
+        result = publisher.publish(messages)
+    finally:
+        publisher.close()
+    assert len(result.confirmed) == len(messages), result.failed or result.broker_error
 
 
 def wait_until(predicate: Callable[[], object], *, timeout: float = 30.0, interval: float = 0.05, what: str = ""):

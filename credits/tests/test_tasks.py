@@ -14,7 +14,7 @@ from prometheus_client import REGISTRY
 
 from core.logs import TraceContextFilter
 from core.metrics import build_registry
-from credits import services
+from credits import outage, services
 from credits.models import DeadLetter, OrderCredit
 from credits.tasks import award_credits
 from credits.tests.support import place_order
@@ -83,7 +83,7 @@ def test_an_unreachable_database_spends_no_retry_and_makes_no_dead_letter(user, 
     requeues_before = sample("creditshop_credits_outage_requeues_total")
     with (
         mock.patch.object(services, "credit_award", side_effect=down) as award,
-        mock.patch.object(services, "credits_database_wait", wraps=services.credits_database_wait) as wait,
+        mock.patch.object(outage, "credits_database_wait", wraps=outage.credits_database_wait) as wait,
     ):
         result = run(payload)
     assert result.state == states.REJECTED

@@ -122,8 +122,7 @@ def test_a_worker_killed_during_a_burst_loses_nothing_and_doubles_nothing(start_
     # Big enough that an idle machine's worker is still at it when killed.
     payloads = [place_order(user=users[i % 4], total=1 + i % 9)[1] for i in range(4000)]
     worker = start_worker("burst", concurrency=2)
-    for payload in payloads:
-        publish(payload)
+    publish(*payloads)
     wait_until(lambda: OrderCredit.objects.count() >= 50, timeout=60, what="the burst to be under way")
     worker.kill(signal.SIGKILL)
     if OrderCredit.objects.count() >= len(payloads):
@@ -280,9 +279,7 @@ def test_a_newer_version_is_handed_back_until_its_wait_runs_out_then_dead_letter
 def test_balance_equals_the_sum_of_entries_after_a_concurrent_burst_for_one_user(start_worker, user):
     payloads = [place_order(user=user, total=1 + i % 50)[1] for i in range(300)]
     workers = [start_worker("burst-a", concurrency=2), start_worker("burst-b", concurrency=2)]
-    for payload in payloads:
-        publish(payload)
-        publish(payload)
+    publish(*[message for payload in payloads for message in (payload, payload)])  # each twice, back to back
     wait_until(lambda: len(outcomes(*workers)) == 2 * len(payloads), timeout=120, what="every delivery handled")
     assert sorted(set(outcomes(*workers))) == ["awarded", "duplicate"]
     assert outcomes(*workers).count("awarded") == len(payloads)

@@ -1,14 +1,11 @@
 """The orders REST API: creation, validation, idempotency over HTTP, access control, check-back, pagination."""
 
 import json
-import re
-import unicodedata
 
 import pytest
 from rest_framework.test import APIClient
 
 from core.pagination import MAX_PAGE_SIZE
-from orders.apis import UNPRINTABLE_BMP
 from orders.models import Order
 from orders.services import order_create
 from outbox.models import TransactionLog
@@ -308,13 +305,6 @@ def test_schema_and_docs_are_served(api):
         paths
     )
     assert api.get("/api/docs/").status_code == 200
-
-
-def test_the_unprintable_character_class_matches_unicodedata():
-    pattern = re.compile(f"[{UNPRINTABLE_BMP}]")
-    written = {code for code in range(0x10000) if pattern.match(chr(code))}
-    categorised = {code for code in range(0x10000) if unicodedata.category(chr(code)) in ("Cc", "Cf")}
-    assert written == categorised
 
 
 @pytest.mark.parametrize("name", ["a\u202eb", "\ud800", "tab\there", " ", "\U000e0001"])

@@ -52,3 +52,15 @@ def test_beat_runs_the_idempotency_key_retention_on_the_outbox_queue():
     assert entry["task"] == "orders.purge_idempotency_keys"
     assert "orders.purge_idempotency_keys" in app.tasks
     assert app.amqp.router.route({}, "orders.purge_idempotency_keys")["queue"].name == "outbox"
+
+
+def test_the_beat_task_purges_in_batches_of_the_configured_size_and_logs_how_many(user, settings, caplog):
+    settings.OUTBOX_RETENTION_BATCH_SIZE = 2
+    settings.IDEMPOTENCY_KEY_RETENTION_HOURS = 30
+    keyed_orders(user, ["a", "b", "c"], age=timedelta(hours=31))
+
+    with CaptureQueriesContext(connection) as queries, caplog.at_level("INFO", logger="orders.tasks"):
+        assert purge_idempotency_keys.apply().get() == 3
+
+    assert len([q for q in queries.captured_queries if q["sql"].startswith("DELETE")]) == 2
+    assert "purged 3 idempotency keys older than 30 hours" in caplog.text

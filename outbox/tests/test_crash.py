@@ -11,8 +11,8 @@ from django.utils import timezone
 from outbox.drain import drain
 from outbox.models import TransactionLog
 from outbox.publisher import Publisher
-from outbox.tests.conftest import BASE_DIR, PYTHON
-from tests.processes import service_env
+from outbox.tests.support import BASE_DIR, PYTHON
+from testkit.processes import service_env
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.slow]
 

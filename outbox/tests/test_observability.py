@@ -10,8 +10,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from core.metrics import build_registry
 from outbox.models import TransactionLog
-from outbox.tests.conftest import BASE_DIR, PYTHON
-from tests.processes import service_env
+from outbox.tests.support import BASE_DIR, PYTHON
+from testkit.processes import service_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -17,8 +17,9 @@ from outbox.drain import BrokerUnavailable, drain
 from outbox.loop import run_relay_loop
 from outbox.models import TransactionLog
 from outbox.publisher import Publisher
-from outbox.tests.conftest import BASE_DIR, PYTHON, closed_port_url
-from tests.processes import service_env
+from outbox.tests.support import BASE_DIR, PYTHON
+from testkit.broker_proxy import closed_port_url
+from testkit.processes import service_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

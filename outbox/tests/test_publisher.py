@@ -9,7 +9,7 @@ from celery import current_app as app
 from outbox.claims import ClaimedMessage
 from outbox.ids import new_transaction_id
 from outbox.publisher import Publisher
-from outbox.tests.conftest import make_payload
+from outbox.tests.support import make_payload
 
 
 def claimed(n: int) -> list[ClaimedMessage]:

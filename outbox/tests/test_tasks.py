@@ -17,8 +17,8 @@ from config.celery import app
 from outbox.models import TransactionLog
 from outbox.services import messages_purge_published
 from outbox.tasks import purge_published, relay, sweep
-from outbox.tests.conftest import BASE_DIR, PYTHON
-from tests.processes import service_env
+from outbox.tests.support import BASE_DIR, PYTHON
+from testkit.processes import service_env
 
 Status = TransactionLog.Status
 
@@ -96,3 +96,14 @@ def test_relay_outbox_loop_relays_new_rows_and_stops_cleanly_on_sigterm(make_row
     assert relay_process.returncode == 0, err
     assert out.strip() == "stopped; published 40"
     assert sorted(credits_queue.ids()) == ids
+
+
+@pytest.mark.django_db
+def test_the_beat_purge_logs_what_it_deleted_in_days(make_rows, settings, caplog):
+    settings.OUTBOX_RETENTION_DAYS = 7
+    make_rows(
+        2, status=Status.PUBLISHED, published_at=timezone.now() - timedelta(days=settings.OUTBOX_RETENTION_DAYS + 1)
+    )
+    with caplog.at_level("INFO", logger="outbox.tasks"):
+        assert purge_published.apply().get() == 2
+    assert "purged 2 published rows older than 7 days" in caplog.text

@@ -14,8 +14,8 @@ from outbox.drain import drain
 from outbox.ids import new_transaction_id
 from outbox.publisher import Publisher
 from outbox.services import message_create, messages_retry_now
-from outbox.tests.conftest import BASE_DIR, PYTHON
-from tests.processes import service_env
+from outbox.tests.support import BASE_DIR, PYTHON
+from testkit.processes import service_env
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

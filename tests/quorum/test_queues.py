@@ -14,8 +14,8 @@ from credits.models import DeadLetter, OrderCredit
 from credits.tests.support import DatabaseFaults, Worker, place_order, wait_until
 from outbox.claims import ClaimedMessage
 from outbox.publisher import Publisher
-from outbox.tests.conftest import BrokerProxy
-from tests.processes import database_address, database_url, free_port
+from testkit.broker_proxy import BrokerProxy
+from testkit.processes import database_address, database_url, free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

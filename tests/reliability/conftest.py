@@ -1,33 +1,23 @@
 """Fixtures for the fault-injection suite: a cluster of real processes on the test databases and broker.
 
-The credits service's test database lives on a second MariaDB server of its own (tests/mariadb_server.py), so a
+The credits service's test database lives on a second MariaDB server of its own (testkit/mariadb_server.py), so a
 fault can take the credits database down while the order service's stays up. Each worker and the relay log in
-with a user that has privileges on its own service's tables only (tests/database_users.py).
+with a user that has privileges on its own service's tables only (testkit/database_users.py).
 """
 
 import contextlib
 
 import pytest
-from django.conf import settings
 from django.core.management import call_command
 from django.db import connections
-from kombu import Connection
 
-from config.celery import app
-from tests.database_users import ProcessUsers
-from tests.mariadb_server import MariaDBServer
-from tests.processes import free_port, service_env
-from tests.reliability.harness import Cluster
+from testkit.database_users import ProcessUsers
+from testkit.harness import Cluster
+from testkit.mariadb_server import MariaDBServer
+from testkit.processes import free_port, service_env
+from testkit.queues import purge_queues
 
 CREDITS = "credits"
-
-
-def purge_queues() -> None:
-    with Connection(settings.CELERY_BROKER_URL) as conn:
-        channel = conn.default_channel
-        for queue in app.conf.task_queues:
-            queue.bind(channel).declare()
-            queue.bind(channel).purge()
 
 
 @contextlib.contextmanager

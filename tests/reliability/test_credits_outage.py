@@ -15,7 +15,7 @@ from django.db import connections
 from accounts.services import api_token_create
 from core.contract import CREDITS_DEAD_QUEUE
 from credits.tests.support import queue_depth
-from tests.reliability.harness import Ledger, OrderStream, wait_for_credits, wait_until_credited
+from testkit.harness import Ledger, OrderStream, wait_for_credits, wait_until_credited
 
 pytestmark = pytest.mark.slow
 

@@ -17,7 +17,7 @@ from config.celery import app
 from core.contract import CREDITS_QUEUE
 from credits.models import OrderCredit
 from orders.models import Order
-from tests.reliability.harness import (
+from testkit.harness import (
     ROOT,
     Ledger,
     OrderStream,

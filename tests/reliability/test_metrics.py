@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from analytics.models import NightlyRun
 from credits.models import DeadLetter
 from credits.services import dead_letter_record
-from tests.reliability.harness import ROOT
+from testkit.harness import ROOT
 
 pytestmark = pytest.mark.slow
 

@@ -6,7 +6,7 @@ from analytics.models import NightlyRun
 from config.celery import app
 from orders.services import order_create
 from outbox.models import TransactionLog
-from tests.reliability.restarts import wait_for
+from testkit.restarts import wait_for
 
 pytestmark = pytest.mark.slow
 

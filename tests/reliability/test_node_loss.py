@@ -13,8 +13,8 @@ from kombu import Connection, Exchange, Queue
 from accounts.services import api_token_create
 from core.contract import CREDITS_QUEUE, QUEUE_TYPE_QUORUM
 from credits.models import OrderCredit
-from tests.processes import free_port, service_env
-from tests.reliability.harness import Cluster, Ledger, OrderStream, wait_for_credits
+from testkit.harness import Cluster, Ledger, OrderStream, wait_for_credits
+from testkit.processes import free_port, service_env
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 

@@ -17,7 +17,7 @@ from django.core.management import call_command
 from django.db import connections
 
 from accounts.services import api_token_create
-from tests.reliability.harness import Ledger, OrderStream, wait_for_credits
+from testkit.harness import Ledger, OrderStream, wait_for_credits
 
 pytestmark = pytest.mark.slow
 

@@ -1,7 +1,7 @@
 """The shipped alert rules on a real Prometheus: it scrapes a live gunicorn with the bearer token, the relay stops
 while orders keep coming, and OutboxRelayDown goes firing through Prometheus's HTTP API, then resolves.
 
-Only the scrape and evaluation intervals are short (1 s, tests/prometheus_server.py); the rules, their windows and
+Only the scrape and evaluation intervals are short (1 s, testkit/prometheus_server.py); the rules, their windows and
 their `for:` durations are deploy/prometheus/creditshop.rules.yml as shipped, so the alert takes about three minutes.
 """
 
@@ -13,9 +13,9 @@ import pytest
 
 from accounts.services import api_token_create
 from credits.models import OrderCredit
-from tests.processes import free_port, service_env
-from tests.prometheus_server import PrometheusServer
-from tests.reliability.harness import Cluster, Ledger, OrderStream, wait_until_credited
+from testkit.harness import Cluster, Ledger, OrderStream, wait_until_credited
+from testkit.processes import free_port, service_env
+from testkit.prometheus_server import PrometheusServer
 
 pytestmark = pytest.mark.slow
 

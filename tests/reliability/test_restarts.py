@@ -21,9 +21,9 @@ from accounts.services import api_token_create
 from analytics.models import NightlyRun
 from analytics.runs import lock_name
 from outbox.models import TransactionLog
-from tests.processes import free_port
-from tests.reliability.harness import Backends, Ledger, OrderStream, wait_for_credits
-from tests.reliability.restarts import (
+from testkit.harness import Backends, Ledger, OrderStream, wait_for_credits
+from testkit.processes import free_port
+from testkit.restarts import (
     Restart,
     assert_clean_restart,
     reload_gunicorn,

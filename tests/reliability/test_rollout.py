@@ -18,8 +18,8 @@ from django.db import connections
 from accounts.services import api_token_create
 from core.contract import CREDITS_DEAD_QUEUE
 from credits.tests.support import queue_depth
-from tests.processes import free_port
-from tests.reliability.harness import Cluster, Ledger, OrderStream, wait_for_credits, wait_until_credited
+from testkit.harness import Cluster, Ledger, OrderStream, wait_for_credits, wait_until_credited
+from testkit.processes import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import MySQLdb
 
-from tests.processes import mysql_url
+from testkit.processes import mysql_url
 
 MARIADBD = shutil.which("mariadbd") or "/usr/sbin/mariadbd"
 INSTALL_DB = shutil.which("mariadb-install-db") or "/usr/bin/mariadb-install-db"

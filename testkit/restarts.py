@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from tests.reliability.harness import Backends, Cluster, Ledger, Stopped
+from testkit.harness import Backends, Cluster, Ledger, Stopped
 
 # What each process logs once it is ready again.
 READY_LINES = {

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import requests
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 
 
@@ -32,7 +32,7 @@ VENV_BIN = Path(sys.executable).parent
 class Cluster:
     """The service's processes, started from this checkout against both services' databases and one broker."""
 
-    # Both database URLs and the broker URL (tests.processes.service_env), given to every process.
+    # Both database URLs and the broker URL (testkit.processes.service_env), given to every process.
     service_env: dict[str, str]
     workdir: Path
     port: int = 18900

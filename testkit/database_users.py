@@ -14,7 +14,7 @@ from django.db import connections
 
 from credits.models import CreditBalance, DeadLetter, OrderCredit
 from outbox.models import TransactionLog
-from tests.processes import DATABASE_URL_VARIABLES, database_url
+from testkit.processes import DATABASE_URL_VARIABLES, database_url
 
 # Process name (as in tests/reliability/harness.Cluster) -> database alias -> table -> privileges. No DDL: the
 # migrations run as another user. The web is not here: it serves both services' APIs and the admin (OPERATIONS.md).
