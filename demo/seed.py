@@ -2,10 +2,12 @@
 
 Orders and outbox rows go to the order service's database, credits and balances to the credits service's: each
 table is written through the database its model is routed to (one database or two, the code is the same).
-Rows go in as multi-row INSERT statements built here (ids assigned up front, so the three tables can be written
-in one pass without reading anything back), in one transaction per batch, with unique and foreign-key checks
-off for the session: the generator guarantees uniqueness, and the checks cost more than the inserts.
-Columns the generator does not fill get their model default, so columns added to these models later keep working.
+Rows go in as multi-row INSERT statements with their values written in (core/sql.Insert.literal_rows; ids
+assigned up front, so the three tables can be written in one pass without reading anything back), in one
+transaction per batch, with unique and foreign-key checks off for the session: the generator guarantees uniqueness,
+and the checks cost more than the inserts. Columns the generator does not fill get their database default; a column
+added to these models without one makes Insert refuse the statement. Everything streams: one batch per table is
+held at a time, whatever the number of orders.
 """
 
 import random
@@ -21,6 +23,7 @@ from django.contrib.auth.hashers import make_password
 from django.db import connections, models, router, transaction
 
 from core.contract import BUSINESS_ORDER, ORDER_TOTAL_MAX, SCHEMA_VERSION
+from core.sql import Insert
 from credits.models import CreditBalance, OrderCredit
 from orders.models import Order
 from outbox.models import TransactionLog
@@ -52,6 +55,7 @@ HOUR_WEIGHTS = (1, 1, 1, 1, 1, 2, 3, 5, 6, 7, 7, 8, 9, 8, 7, 7, 8, 9, 10, 11, 11
 DEFAULT_BATCH_ORDERS = 5_000
 MINUTES_PER_DAY = 24 * 60
 USERS_PER_INSERT = 5_000
+PUBLISHED = str(TransactionLog.Status.PUBLISHED)
 
 
 @dataclass(frozen=True)
@@ -204,10 +208,10 @@ def _generate_batches(
     """Yield per batch one (database alias, INSERT statement, row count) per table, in created_at order so ids follow
     time. Only one batch's rows are held at a time.
     """
-    order_sql = _InsertBuilder(Order, ["id", "user_id", "goods_name", "total", "transaction_id", "created_at"])
-    log_sql = _InsertBuilder(
+    order_sql = Insert(Order, ("id", "user", "goods_name", "total", "transaction_id", "created_at"))
+    log_sql = Insert(
         TransactionLog,
-        [
+        (
             "id",
             "business",
             "foreign_key",
@@ -217,14 +221,14 @@ def _generate_batches(
             "next_attempt_at",
             "published_at",
             "created_at",
-        ],
+        ),
     )
-    credit_sql = _InsertBuilder(OrderCredit, ["id", "user_id", "order_id", "total", "transaction_id", "created_at"])
+    credit_sql = Insert(OrderCredit, ("id", "user_id", "order_id", "amount", "transaction_id", "created_at"))
     n_users = len(user_ids)
     order_id, credit_id = next_order_id, next_credit_id
-    order_rows: list[str] = []
-    log_rows: list[str] = []
-    credit_rows: list[str] = []
+    order_rows: list[tuple] = []
+    log_rows: list[tuple] = []
+    credit_rows: list[tuple] = []
     created_clock, published_clock, credited_clock = _Clock(), _Clock(), _Clock()
     for created in _creation_times(rng=rng, counts=counts, first_day=first_day):
         # A few heavy users and a long tail; mostly small quantities with the odd bulk order.
@@ -241,15 +245,9 @@ def _generate_batches(
             f'"user_id": {user_id}, "total": {total}}}'
         )
         goods = GOODS[order_id % len(GOODS)]
-        order_rows.append(f"({order_id},{user_id},'{goods}',{total},'{tx}','{created_s}'{order_sql.tail})")
-        log_rows.append(
-            f"('{tx}','{BUSINESS_ORDER}','{order_id}','{payload}','published',1,"
-            f"'{created_s}','{published_s}','{created_s}'{log_sql.tail})"
-        )
-        credit_rows.append(
-            f"({credit_id},{user_id},{order_id},{2 * total},'{tx}','{credited_clock.literal(credited)}'"
-            f"{credit_sql.tail})"
-        )
+        order_rows.append((order_id, user_id, goods, total, tx, created_s))
+        log_rows.append((tx, BUSINESS_ORDER, str(order_id), payload, PUBLISHED, 1, created_s, published_s, created_s))
+        credit_rows.append((credit_id, user_id, order_id, 2 * total, tx, credited_clock.literal(credited)))
         order_id += 1
         credit_id += 1
         if len(order_rows) >= batch_orders:
@@ -261,34 +259,9 @@ def _generate_batches(
 
 def _flush(*pairs) -> list[tuple[str, str, int]]:
     return [
-        (builder.alias, builder.statement(rows), len(rows))
-        for builder, rows in zip(pairs[0::2], pairs[1::2], strict=True)
+        (insert.database, insert.literal_rows(rows), len(rows))
+        for insert, rows in zip(pairs[0::2], pairs[1::2], strict=True)
     ]
-
-
-class _InsertBuilder:
-    """A multi-row INSERT for a model, in the database the model is routed to: the generated columns, then every
-    other column at its model default.
-    """
-
-    def __init__(self, model: type[models.Model], generated: list[str]) -> None:
-        self.alias = router.db_for_write(model)
-        connection = connections[self.alias]
-        concrete = [f for f in model._meta.concrete_fields if f.column not in generated]
-        literal = connection.connection.literal if connection.connection else None
-        if literal is None:
-            connection.ensure_connection()
-            literal = connection.connection.literal
-        defaults = [literal(f.get_db_prep_save(f.get_default(), connection=connection)).decode() for f in concrete]
-        columns = ", ".join(connection.ops.quote_name(c) for c in generated + [f.column for f in concrete])
-        table = connection.ops.quote_name(model._meta.db_table)
-        # Table and column names come from the models and values from the generator, never from input.
-        self.head = f"INSERT INTO {table} ({columns}) VALUES "  # noqa: S608
-        # Appended inside each row's parentheses after the generated values.
-        self.tail = "".join(f",{value}" for value in defaults)
-
-    def statement(self, rows: list[str]) -> str:
-        return self.head + ",".join(rows)
 
 
 class _Clock:
