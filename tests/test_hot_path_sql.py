@@ -195,3 +195,15 @@ def test_literal_rows_take_ints_for_integer_columns_and_refuse_what_they_cannot_
     assert BALANCE_CREATE.literal_rows([(1, 2, "2026-11-25 00:00:00")]).endswith(
         "VALUES (1,2,'2026-11-25 00:00:00') ON DUPLICATE KEY UPDATE `user_id` = `user_id`"
     )
+
+
+@pytest.mark.django_db
+def test_literal_rows_escape_every_value_when_one_needs_it():
+    at = "2026-11-25 00:00:00.000000"
+    plain = ORDER_INSERT.literal_rows([(1, "mug", 2, "t", at)])
+    assert plain.endswith(f" VALUES (1,'mug',2,'t','{at}')")
+    escaped = ORDER_INSERT.literal_rows([(1, "mug", 2, "t", at), (2, "O'Brien \\ x", 3, "u", at)])
+    assert escaped.endswith(f" VALUES (1,'mug',2,'t','{at}'),(2,'O\\'Brien \\\\ x',3,'u','{at}')")
+    assert ORDER_INSERT.literal_rows([(1, "None", 2, "t", at)]).endswith(f" VALUES (1,'None',2,'t','{at}')")
+    with pytest.raises(AttributeError):
+        ORDER_INSERT.literal_rows([(1, None, 2, "t", at)])
