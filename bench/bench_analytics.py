@@ -55,9 +55,9 @@ from analytics import class_archive  # noqa: E402
 from analytics.checks import CHECK_NAMES  # noqa: E402
 from analytics.period import Period  # noqa: E402
 from bench.proc_stats import ProcessSeen, ServerThreads, TreeSampler, gc_log_peaks, peak_rss_bytes  # noqa: E402
-from bench.spark_cluster import standalone_cluster  # noqa: E402
 from demo.plant import plant_inconsistencies  # noqa: E402
 from demo.seed import seed_demo_data  # noqa: E402
+from testkit.spark_cluster import standalone_cluster  # noqa: E402
 
 # The tables a run reads or writes, per database alias (the analytics tables are the order service's database's).
 TABLES = {

@@ -1,7 +1,8 @@
 """A Spark standalone cluster on loopback, started from the installed pyspark: one master, N workers; stopped after.
 
 The daemons run in the foreground (SPARK_NO_DAEMONIZE), each in its own process group, so stopping one stops the
-executors it launched; everything started is stopped, even on failure.
+executors it launched; everything started is stopped, even on failure. bench/bench_analytics.py runs the nightly
+job on it; analytics/tests/test_command_processes.py still has a one-worker copy of its own.
 """
 
 import json
