@@ -149,12 +149,14 @@ def _max_id(model: type[models.Model]) -> int:
 def credit_balances_recompute(*, user_ids: list[int]) -> None:
     """Set these users' credit_balances rows to the sum of their credits, as the consumer would have kept them.
 
-    Both tables are the credits service's, so this is one statement in the credits database.
+    Both tables are the credits service's, so this is one statement in the credits database. It reads the table
+    in key order (FORCE INDEX (PRIMARY)): for the half million users of a 10M-order seed the optimizer otherwise picks
+    the user_id index and looks every credit up by key, at random, which held the 10M seed for minutes.
     """
     placeholders = ",".join(["%s"] * len(user_ids))
     sql = (
         "INSERT INTO credit_balances (user_id, balance, updated_at)"  # noqa: S608 (only placeholders are formatted)
-        " SELECT user_id, SUM(total), UTC_TIMESTAMP(6) FROM order_credits"
+        " SELECT user_id, SUM(total), UTC_TIMESTAMP(6) FROM order_credits FORCE INDEX (PRIMARY)"
         f" WHERE user_id IN ({placeholders}) GROUP BY user_id"
         " ON DUPLICATE KEY UPDATE balance = VALUES(balance), updated_at = VALUES(updated_at)"
     )
