@@ -1,32 +1,39 @@
-"""Benchmark of the nightly analytics: seed, one day's run, the 30-day run, 5x the data, and a plain-SQL baseline.
+"""Benchmark of the nightly analytics at scale: seed N orders in a day, then Spark and the plain-SQL baseline.
 
 Usage (destroys the orders, outbox, credits and analytics rows of the two databases it is pointed at):
 
     DATABASE_URL=mysql://root:@127.0.0.1:3306/creditshop_analytics \\
     CREDITS_DATABASE_URL=mysql://root:@127.0.0.1:3306/creditshop_analytics_credits \\
-        python bench/bench_analytics.py --reset [--orders 1000000] [--days 30] [--scale 5] [--repeat 2] [--skip-full]
+        python bench/bench_analytics.py --reset --orders 1000000,10000000 --days 1 [--repeat 1] [--cluster] \\
+            [--json results.json] [--markdown results.md]
 
-Every run is `manage.py run_nightly_reports` in a fresh process, timed on the wall clock, so JVM start-up is
-included; the driver's class archive (`manage.py spark_class_archive`) is written first, untimed, if the machine
-has none, as an install does once. The baseline runs the same checks in plain SQL over the same days, and the
-bench checks that both find the same number of violations (a few are planted on the last day).
+For each size in --orders: empty the tables, seed that many orders over --days days ending --end (default
+yesterday; the seed is timed on its own: wall, this process's CPU, the database threads' CPU, rows/s), plant a few
+inconsistencies of every kind on the last day, then --repeat times, interleaved, the one-day run of
+`manage.py run_nightly_reports` (a fresh process: JVM start-up included) and the baseline
+(bench/analytics_baseline.py, in a process of its own). With --full, also the --days-day run of each. With
+--cluster, the largest size's day also runs on a Spark standalone cluster of two one-core workers started from the
+installed pyspark (SPARK_MASTER pointed at it), stopped after.
 
-Orders and outbox rows are in one database, credits in another (possibly on another server), so the three checks
-that pair an order with its credit (missing_credit, credit_amount_mismatch, orphan_credit) can no longer be one SQL
-query. The baseline does what a person without Spark would: one query per side (each database reads its own rows
-of the window, plus the rows of the other side's ids found outside it), and the pairing in Python. The checks
-within one side stay single SQL queries on that side's database. The bench reports both parts of the baseline.
+Every run reports its wall time; the CPU seconds of every process it started (the driver's Python and JVM, on the
+cluster the executors and daemons), read from /proc; the database server's CPU on the threads serving the two
+databases (and the whole server's, which includes whatever else the machine runs); the driver JVM's peak resident
+set (VmHWM) and its heap's peak (from a GC log, -Xlog:gc through JAVA_TOOL_OPTIONS); the baseline's peak RSS. The
+bench fails unless Spark and the baseline both find exactly the planted violations, every one.
+
+`--seed-only` seeds one size and stops; `--skip-seed` measures what the last seed left (it remembers the day and
+the planted violations in a file in the temporary directory); `--cluster-only` runs only the cluster variant.
 """
 
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, date, datetime, timedelta
+from collections.abc import Callable
+from datetime import date, timedelta
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -40,14 +47,17 @@ import django  # noqa: E402
 
 django.setup()
 
+import MySQLdb  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.db import connections  # noqa: E402
 
 from analytics import class_archive  # noqa: E402
 from analytics.checks import CHECK_NAMES  # noqa: E402
 from analytics.period import Period  # noqa: E402
+from bench.proc_stats import ProcessSeen, ServerThreads, TreeSampler, gc_log_peaks, peak_rss_bytes  # noqa: E402
 from demo.plant import plant_inconsistencies  # noqa: E402
 from demo.seed import seed_demo_data  # noqa: E402
+from testkit.spark_cluster import standalone_cluster  # noqa: E402
 
 # The tables a run reads or writes, per database alias (the analytics tables are the order service's database's).
 TABLES = {
@@ -63,42 +73,30 @@ TABLES = {
     ),
     "credits": ("order_credits", "credit_balances", "credit_dead_letters"),
 }
-# Ids per IN (...) list when the baseline looks up the other side's rows by id.
-LOOKUP_CHUNK = 1_000
+PLANTED_PER_KIND = 3
+PROGRESS_SECONDS = 15
+CLUSTER_WORKERS, CLUSTER_WORKER_CORES = 2, 1
+CLUSTER_WORKER_MEMORY, CLUSTER_EXECUTOR_MEMORY = "3g", "2g"
+MIB = 1024 * 1024
 
-# The checks within one database as a person would write them in SQL, per day, keyed by the database alias;
-# {start} {end} {cutoff} are UTC DATETIME literals, and {collation} is foreign_key's, so comparing it with the order
-# id as text can use the unique index.
-SQL_CHECKS = {
-    "default": {
-        "order_without_log": """
-            SELECT DATE(o.created_at), COUNT(*) FROM orders o
-            WHERE o.created_at >= '{start}' AND o.created_at < '{end}'
-              AND NOT EXISTS (SELECT 1 FROM transaction_log l
-                              WHERE l.business = 'order' AND l.foreign_key = CAST(o.id AS CHAR) COLLATE {collation})
-            GROUP BY 1""",
-        "log_without_order": """
-            SELECT DATE(l.created_at), COUNT(*) FROM transaction_log l
-            WHERE l.business = 'order' AND l.created_at >= '{start}' AND l.created_at < '{end}'
-              AND NOT EXISTS (SELECT 1 FROM orders o WHERE o.id = CAST(l.foreign_key AS UNSIGNED))
-            GROUP BY 1""",
-        "stuck_outbox": """
-            SELECT DATE(created_at), COUNT(*) FROM transaction_log
-            WHERE business = 'order' AND created_at >= '{start}' AND created_at < '{end}'
-              AND created_at < '{cutoff}' AND status NOT IN ('published', 'discarded')
-            GROUP BY 1""",
-    },
-    "credits": {
-        "duplicate_credit": """
-            SELECT DATE(latest), COUNT(*) FROM (
-              SELECT c.order_id, MAX(c.created_at) AS latest FROM order_credits c
-              WHERE c.order_id IN (SELECT order_id FROM order_credits
-                                   WHERE created_at >= '{start}' AND created_at < '{end}')
-              GROUP BY c.order_id HAVING COUNT(*) > 1) d
-            WHERE latest >= '{start}' AND latest < '{end}'
-            GROUP BY 1""",
-    },
-}
+
+def database_names() -> dict[str, str]:
+    return {alias: connections[alias].settings_dict["NAME"] for alias in TABLES}
+
+
+def server_threads() -> ServerThreads:
+    """Count the database server's CPU on the connections to the two bench databases (see bench/proc_stats.py)."""
+    return ServerThreads(
+        lambda: MySQLdb.connect(**connections["default"].get_connection_params()), database_names().values()
+    )
+
+
+def database_server() -> dict:
+    """The server's version and buffer pool: a 10M-order seed outgrows a small pool (Debian's default is 128 MiB)."""
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT VERSION(), @@innodb_buffer_pool_size")
+        version, pool = cursor.fetchone()
+    return {"version": version, "innodb_buffer_pool_bytes": pool}
 
 
 def reset() -> None:
@@ -110,249 +108,316 @@ def reset() -> None:
             cursor.execute("SET FOREIGN_KEY_CHECKS = 1")
 
 
+def progress_printer(total_rows: int) -> Callable[[int], None]:
+    """Return an on_progress callback printing the rows written and the rate every PROGRESS_SECONDS."""
+    started = time.monotonic()
+    state = {"rows": 0, "printed": started}
+
+    def on_progress(rows: int) -> None:
+        state["rows"] += rows
+        now = time.monotonic()
+        if now - state["printed"] >= PROGRESS_SECONDS or state["rows"] == total_rows:
+            state["printed"] = now
+            elapsed = now - started
+            print(
+                f"   seeding: {state['rows']:,}/{total_rows:,} rows in {elapsed:.0f}s "
+                f"({state['rows'] / elapsed:,.0f} rows/s, load average {load_average()})",
+                flush=True,
+            )
+
+    return on_progress
+
+
 def seed(orders: int, days: int, end: date) -> dict:
-    result = seed_demo_data(orders=orders, days=days, users=max(1, orders // 20), end=end, seed=42)
-    planted = plant_inconsistencies(day=end, per_kind=3, seed=42)
+    """Reset, then seed and plant; return the seed's figures and how many violations of each check were planted."""
+    reset()
+    cpu_started = process_cpu()
+    with server_threads() as database:
+        result = seed_demo_data(
+            orders=orders,
+            days=days,
+            users=max(1, orders // 20),
+            end=end,
+            seed=42,
+            on_progress=progress_printer(orders * 3),
+        )
+    seed_cpu = process_cpu() - cpu_started
+    seed_peak_rss = peak_rss_bytes(os.getpid())
+    started = time.monotonic()
+    planted = plant_inconsistencies(day=end, per_kind=PLANTED_PER_KIND, seed=42)
     for alias, tables in (("default", "orders, transaction_log"), ("credits", "order_credits")):
         with connections[alias].cursor() as cursor:
             cursor.execute(f"ANALYZE TABLE {tables}")
             cursor.fetchall()
     return {
         "orders": orders,
+        "days": days,
+        "end": str(end),
         "rows": result.rows,
-        "seconds": round(result.seconds, 1),
+        "wall_seconds": round(result.seconds, 1),
         "rows_per_second": round(result.rows_per_second),
-        "planted": {k: len(v) for k, v in planted.items()},
+        "client_cpu_seconds": round(seed_cpu, 1),
+        "database_threads_cpu_seconds": database.cpu_seconds,
+        "database_whole_server_cpu_seconds": database.whole_server_cpu_seconds,
+        "client_peak_rss_bytes": seed_peak_rss,
+        "plant_and_analyze_seconds": round(time.monotonic() - started, 1),
+        "planted": {name: len(planted.get(name, [])) for name in CHECK_NAMES},
     }
 
 
-def nightly(end: date, days: int, reports: Path) -> tuple[float, dict[str, int], dict]:
-    """Run the command in a new process; return its wall time, the violations it found per check, and its CPU time.
+def process_cpu() -> float:
+    times = os.times()
+    return times.user + times.system
 
-    The CPU time (the command and its JVM, sampled from /proc twice a second, so the last half second may be missed)
-    is what the run itself needed: on a shared machine the wall time mostly measures the other jobs.
-    """
+
+def spark_run(end: date, days: int, reports: Path, *, env: dict[str, str], cluster_pids: list[int]) -> dict:
+    """Run `manage.py run_nightly_reports` in a new process; return its figures and the violations found per check."""
+    gc_dir = Path(tempfile.mkdtemp(prefix="bench-gc-", dir=reports))
     command = [sys.executable, str(ROOT / "manage.py"), "run_nightly_reports", "--date", str(end), "--days", str(days)]
-    env = {**os.environ, "REPORTS_DIR": str(reports)}
-    started = time.monotonic()
-    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+    env = {
+        **os.environ,
+        "REPORTS_DIR": str(reports),
+        "JAVA_TOOL_OPTIONS": f"-Xlog:gc:file={gc_dir}/gc-%p.log",
+        **env,
+    }
+    with (
+        tempfile.TemporaryFile("w+") as out,
+        tempfile.TemporaryFile("w+") as err,
+        server_threads() as database,
+    ):
+        started = time.monotonic()
         process = subprocess.Popen(command, cwd=ROOT, env=env, stdout=out, stderr=err, text=True)
-        cpu = 0.0
-        while process.poll() is None:
-            cpu = max(cpu, tree_cpu_seconds(process.pid))
-            time.sleep(0.5)
-        wall = time.monotonic() - started
+        with TreeSampler(lambda: [process.pid, *cluster_pids]) as processes:
+            process.wait()
+            wall = time.monotonic() - started
         out.seek(0), err.seek(0)
         stdout, stderr = out.read(), err.read()
     if process.returncode != 0:
-        raise SystemExit(f"run failed:\n{stdout}\n{stderr[-5000:]}")
-    print("   " + "\n   ".join(line for line in stdout.splitlines() if "done in" in line), flush=True)
-    found = dict.fromkeys(CHECK_NAMES, 0)
-    for day in Period.ending(end, days=days).dates:
-        checks = json.loads((reports / str(day) / "consistency.json").read_text())["checks"]
-        for name in CHECK_NAMES:
-            found[name] += checks[name]["count"]
-    return wall, found, {"cpu_seconds": round(cpu, 1)}
-
-
-def tree_cpu_seconds(root: int) -> float:
-    """Return the CPU time (user + system, with reaped children) used so far by a process and its live descendants."""
-    parents, ticks = {}, {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            # Fields after the command name: state, ppid, ..., utime, stime, cutime, cstime (proc(5) fields 14-17).
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        parents[int(entry.name)] = int(fields[1])
-        ticks[int(entry.name)] = sum(int(value) for value in fields[11:15])
-
-    def in_tree(pid: int) -> bool:
-        while pid > 1:
-            if pid == root:
-                return True
-            pid = parents.get(pid, 0)
-        return False
-
-    return sum(t for pid, t in ticks.items() if in_tree(pid)) / os.sysconf("SC_CLK_TCK")
-
-
-def _literal(value: datetime) -> str:
-    return value.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
-
-
-def sql_baseline(end: date, days: int) -> tuple[float, dict[str, int], dict]:
-    """Run the checks without Spark; return the wall time, the violations per check, and the time of each part."""
-    period = Period.ending(end, days=days)
-    with connections["default"].cursor() as cursor:
-        cursor.execute(
-            "SELECT collation_name FROM information_schema.columns"
-            " WHERE table_schema = DATABASE() AND table_name = 'transaction_log' AND column_name = 'foreign_key'"
-        )
-        (collation,) = cursor.fetchone()
-    cutoff = datetime.now(UTC) - timedelta(seconds=settings.CONSISTENCY_GRACE_SECONDS)
-    values = {
-        "start": _literal(period.start),
-        "end": _literal(period.end),
-        "cutoff": _literal(cutoff),
-        "collation": collation,
+        print(f"run failed (exit {process.returncode}):\n{stdout}\n{stderr[-5000:]}", flush=True)
+    drivers = processes.matching("org.apache.spark.deploy.SparkSubmit")
+    executors = processes.matching("CoarseGrainedExecutorBackend")
+    daemons = [seen for pid in cluster_pids if (seen := processes.seen.get(pid))]
+    python = processes.seen.get(process.pid) or ProcessSeen(process.pid, "")
+    driver_cpu = sum(seen.cpu_seconds for seen in drivers)
+    executor_cpu = sum(seen.cpu_seconds for seen in executors)
+    daemon_cpu = sum(seen.cpu_seconds for seen in daemons)
+    heap = gc_log_peaks(gc_dir / f"gc-{seen.pid}.log" for seen in drivers if (gc_dir / f"gc-{seen.pid}.log").exists())
+    found = None
+    if process.returncode == 0:
+        found = dict.fromkeys(CHECK_NAMES, 0)
+        for day in Period.ending(end, days=days).dates:
+            checks = json.loads((reports / str(day) / "consistency.json").read_text())["checks"]
+            for name in CHECK_NAMES:
+                found[name] += checks[name]["count"]
+    return {
+        "exit_code": process.returncode,
+        "wall_seconds": round(wall, 1),
+        "cpu_seconds": round(processes.total_cpu_seconds(), 1),
+        "cpu": {
+            "driver_jvm": round(driver_cpu, 1),
+            "driver_python": round(python.cpu_seconds, 1),
+            "executors": round(executor_cpu, 1),
+            "cluster_daemons": round(daemon_cpu, 1),
+            "other": round(
+                processes.total_cpu_seconds() - driver_cpu - python.cpu_seconds - executor_cpu - daemon_cpu, 1
+            ),
+        },
+        "database_threads_cpu_seconds": database.cpu_seconds,
+        "database_whole_server_cpu_seconds": database.whole_server_cpu_seconds,
+        "driver_jvm_peak_rss_bytes": max((seen.peak_rss_bytes for seen in drivers), default=None),
+        "driver_heap_used_peak_bytes": heap["heap_used_peak_bytes"] or None,
+        "driver_heap_committed_peak_bytes": heap["heap_committed_peak_bytes"] or None,
+        "driver_python_peak_rss_bytes": python.peak_rss_bytes,
+        "executor_peak_rss_bytes": max((seen.peak_rss_bytes for seen in executors), default=None),
+        "stages": [line.strip() for line in stdout.splitlines() if "done in" in line],
+        "found": found,
     }
 
-    found = dict.fromkeys(CHECK_NAMES, 0)
-    started = time.monotonic()
-    for alias, checks in SQL_CHECKS.items():
-        with connections[alias].cursor() as cursor:
-            for name, sql in checks.items():
-                cursor.execute(sql.format(**values))
-                found[name] = sum(count for _, count in cursor.fetchall())
-    one_side = time.monotonic() - started
-    found.update(cross_database_checks(period, cutoff=cutoff))
-    wall = time.monotonic() - started
-    return (
-        wall,
-        found,
-        {"sql_within_one_database": round(one_side, 1), "across_both_in_python": round(wall - one_side, 1)},
-    )
 
-
-def cross_database_checks(period: Period, *, cutoff: datetime) -> dict[str, int]:
-    """Count missing_credit, credit_amount_mismatch and orphan_credit with one query per side and the join in Python.
-
-    The credits database gives the period's credits and which of the period's orders have a credit at all (a range
-    on order_id, between the period's smallest and largest order id); the orders database gives the period's
-    orders, streamed, and then the orders of credits whose order was placed outside the period, by id.
-    """
-    window = [period.start, period.end]
-    with connections["default"].cursor() as cursor:
-        cursor.execute("SELECT MIN(id), MAX(id) FROM orders WHERE created_at >= %s AND created_at < %s", window)
-        lowest, highest = cursor.fetchone()
-    with connections["credits"].cursor() as cursor:
-        cursor.execute(
-            "SELECT id, order_id, total FROM order_credits WHERE created_at >= %s AND created_at < %s", window
-        )
-        awarded = cursor.fetchall()
-        credited: set[int] = set()
-        if lowest is not None:
-            cursor.execute("SELECT order_id FROM order_credits WHERE order_id BETWEEN %s AND %s", [lowest, highest])
-            credited = {order_id for (order_id,) in cursor.fetchall()}
-    wanted = {order_id for _, order_id, _ in awarded}
-    totals: dict[int, int] = {}
-    missing = 0
-    with connections["default"].cursor() as cursor:
-        cursor.execute(
-            "SELECT id, total, created_at < %s FROM orders WHERE created_at >= %s AND created_at < %s",
-            [cutoff, *window],
-        )
-        while rows := cursor.fetchmany(10_000):
-            for order_id, total, due in rows:
-                if due and order_id not in credited:
-                    missing += 1
-                if order_id in wanted:
-                    totals[order_id] = total
-        outside = sorted(wanted - totals.keys())
-        for i in range(0, len(outside), LOOKUP_CHUNK):
-            chunk = outside[i : i + LOOKUP_CHUNK]
-            placeholders = ", ".join(["%s"] * len(chunk))
-            cursor.execute(f"SELECT id, total FROM orders WHERE id IN ({placeholders})", chunk)  # noqa: S608
-            totals.update(cursor.fetchall())
-    orphan = sum(1 for _, order_id, _ in awarded if order_id not in totals)
-    mismatch = sum(1 for _, order_id, total in awarded if order_id in totals and total != 2 * totals[order_id])
-    return {"missing_credit": missing, "credit_amount_mismatch": mismatch, "orphan_credit": orphan}
-
-
-def measure(label: str, repeat: int, fn) -> dict:
-    walls, parts, found = [], [], None
-    for attempt in range(repeat):
-        wall, found, part = fn()
-        walls.append(wall)
-        parts.append(part)
-        detail = f" {part}" if part else ""
-        print(f"{label} #{attempt + 1}: {wall:.1f}s (load average {load_average()}){detail} {found}", flush=True)
-    result = {"walls": [round(w, 1) for w in walls], "median": round(statistics.median(walls), 1), "found": found}
-    if any(parts):
-        result["parts"] = parts
-    return result
+def baseline_run(end: date, days: int) -> dict:
+    """Run bench/analytics_baseline.py in a new process; return its figures and the violations found per check."""
+    command = [sys.executable, str(ROOT / "bench" / "analytics_baseline.py"), "--date", str(end), "--days", str(days)]
+    with server_threads() as database:
+        started = time.monotonic()
+        completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+        wall = time.monotonic() - started
+    if completed.returncode != 0:
+        raise SystemExit(f"baseline failed:\n{completed.stdout}\n{completed.stderr[-5000:]}")
+    result = json.loads(completed.stdout.splitlines()[-1])
+    return {
+        "wall_seconds": result["wall_seconds"],
+        "process_wall_seconds": round(wall, 1),
+        "cpu_seconds": result["cpu_seconds"],
+        "parts": result["parts"],
+        "database_threads_cpu_seconds": database.cpu_seconds,
+        "database_whole_server_cpu_seconds": database.whole_server_cpu_seconds,
+        "python_peak_rss_bytes": result["peak_rss_bytes"],
+        "found": result["found"],
+    }
 
 
 def load_average() -> str:
     return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
+def record(runs: list[dict], orders: int, variant: str, attempt: int, run: dict) -> None:
+    run = {"orders": orders, "variant": variant, "attempt": attempt, "load_average_after": load_average(), **run}
+    runs.append(run)
+    print(f"{orders:,} orders, {variant} #{attempt}: {json.dumps(run)}", flush=True)
+
+
+def mismatches(runs: list[dict], planted: dict[int, dict[str, int]]) -> list[str]:
+    """Every run that failed or whose violations differ from what was planted in its data."""
+    return [
+        f"{run['orders']:,} orders, {run['variant']} #{run['attempt']}: found {run['found']}, planted {want}"
+        for run in runs
+        if run["found"] != (want := planted[run["orders"]])
+    ]
+
+
+def markdown(seeds: list[dict], runs: list[dict]) -> str:
+    def mib(value: int | None) -> str:
+        return f"{value / MIB:,.0f}" if value else "-"
+
+    lines = [
+        "| orders | seed: rows | wall s | rows/s | client CPU s | DB threads CPU s | DB server CPU s "
+        "| client peak MiB |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for seed_ in seeds:
+        lines.append(
+            f"| {seed_['orders']:,} | {seed_['rows']:,} | {seed_['wall_seconds']} | {seed_['rows_per_second']:,} "
+            f"| {seed_['client_cpu_seconds']} | {seed_['database_threads_cpu_seconds']} "
+            f"| {seed_['database_whole_server_cpu_seconds']} | {mib(seed_['client_peak_rss_bytes'])} |"
+        )
+    lines += [
+        "",
+        "| orders | run | # | wall s | CPU s | JVM / Python / executors CPU s | DB threads / server CPU s "
+        "| driver JVM peak RSS MiB | heap peak used / committed MiB | Python peak RSS MiB | found | load after |",
+        "|---:|---|---:|---:|---:|---|---|---:|---|---:|---:|---|",
+    ]
+    for run in runs:
+        if run["variant"] == "sql":
+            split = "- / {} / -".format(run["cpu_seconds"])
+            python_rss, jvm_rss, heap = run["python_peak_rss_bytes"], None, "-"
+        else:
+            cpu = run["cpu"]
+            split = f"{cpu['driver_jvm']} / {cpu['driver_python']} / {cpu['executors']}"
+            python_rss, jvm_rss = run["driver_python_peak_rss_bytes"], run["driver_jvm_peak_rss_bytes"]
+            heap = f"{mib(run['driver_heap_used_peak_bytes'])} / {mib(run['driver_heap_committed_peak_bytes'])}"
+        found = sum(run["found"].values()) if run["found"] else f"failed (exit {run.get('exit_code')})"
+        lines.append(
+            f"| {run['orders']:,} | {run['variant']} | {run['attempt']} | {run['wall_seconds']} | {run['cpu_seconds']} "
+            f"| {split} | {run['database_threads_cpu_seconds']} / {run['database_whole_server_cpu_seconds']} "
+            f"| {mib(jvm_rss)} | {heap} | {mib(python_rss)} | {found} "
+            f"| {run['load_average_after']} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def seed_record_path() -> Path:
+    names = "-".join(database_names().values())
+    return Path(tempfile.gettempdir()) / f"bench-analytics-seed-{names}.json"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reset", action="store_true", help="required: empty the tables before seeding")
-    parser.add_argument("--orders", type=int, default=1_000_000)
-    parser.add_argument("--days", type=int, default=30)
-    parser.add_argument("--scale", type=int, default=5, help="then repeat with this many times the orders (0: skip)")
-    parser.add_argument("--repeat", type=int, default=2, help="timed runs per measurement (the median is reported)")
+    parser.add_argument(
+        "--orders",
+        type=lambda text: [int(size) for size in text.split(",")],
+        default=[1_000_000],
+        help="comma-separated sizes, each seeded and measured in turn (default 1000000)",
+    )
+    parser.add_argument("--days", type=int, default=1, help="days the orders are spread over (default 1)")
+    parser.add_argument("--full", action="store_true", help="also measure the --days-day run, not only the last day")
+    parser.add_argument("--repeat", type=int, default=1, help="timed runs of each variant, interleaved")
+    parser.add_argument(
+        "--cluster", action="store_true", help="also run the largest size's day on a two-worker standalone cluster"
+    )
+    parser.add_argument(
+        "--cluster-only",
+        action="store_true",
+        help="run only the cluster variant (with --skip-seed: data seeded before)",
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
-    parser.add_argument("--seed-only", action="store_true", help="reset and seed --orders, then stop")
-    parser.add_argument(
-        "--skip-seed", action="store_true", help="measure the data already there (seeded with --seed-only)"
-    )
-    parser.add_argument("--skip-full", action="store_true", help="measure the one-day run only, not --days days")
-    parser.add_argument(
-        "--end",
-        type=date.fromisoformat,
-        default=None,
-        help="last seeded day (default: yesterday; pass the seed's with --skip-seed after midnight)",
-    )
+    parser.add_argument("--markdown", type=Path, default=None, help="also write the summary tables here")
+    parser.add_argument("--seed-only", action="store_true", help="reset and seed one size, then stop")
+    parser.add_argument("--skip-seed", action="store_true", help="measure the data a --seed-only left")
+    parser.add_argument("--end", type=date.fromisoformat, default=None, help="last seeded day (default: yesterday)")
     args = parser.parse_args()
-    if args.skip_seed and args.scale:
-        raise SystemExit("--skip-seed measures one size: pass --scale 0 and the --orders that were seeded")
+    if (args.skip_seed or args.seed_only) and len(args.orders) != 1:
+        raise SystemExit("--seed-only and --skip-seed take one size in --orders")
     if not args.reset and not args.skip_seed:
         raise SystemExit("this bench empties the orders, outbox, credits and analytics tables: pass --reset")
     end = args.end or date.today() - timedelta(days=1)
-    if args.seed_only:
-        reset()
-        print(f"seeded: {seed(args.orders, args.days, end)}")
-        return
     results = {
-        "databases": {alias: connections[alias].settings_dict["NAME"] for alias in TABLES},
-        "spark_master": settings.SPARK_MASTER,
+        "databases": database_names(),
+        "database_server": database_server(),
         "cpus": os.cpu_count(),
-        "end": str(end),
-        "sizes": [],
+        "driver_memory": settings.SPARK_DRIVER_MEMORY,
+        "days": args.days,
+        "seeds": [],
+        "runs": [],
     }
-    sizes = [args.orders] + ([args.orders * args.scale] if args.scale else [])
-    for orders in sizes:
+    planted: dict[int, dict[str, int]] = {}
+    # As an install does once (manage.py spark_class_archive); untimed, and only when there is none yet.
+    if not args.seed_only and not class_archive.archive_option():
+        print(f"class archive written (untimed): {class_archive.archive_write()}", flush=True)
+    for orders in args.orders:
         print(f"== {orders:,} orders over {args.days} days ending {end} (load average {load_average()})", flush=True)
         if args.skip_seed:
-            size = {"seed": {"orders": orders, "skipped": True}}
+            seeded = json.loads(seed_record_path().read_text())
+            if seeded["orders"] != orders or seeded["days"] != args.days:
+                raise SystemExit(f"the databases hold {seeded['orders']:,} orders over {seeded['days']} days")
+            end = date.fromisoformat(seeded["end"])
         else:
-            reset()
-            size = {"seed": seed(orders, args.days, end)}
-        print(f"seeded: {size['seed']}", flush=True)
-        scopes = ("day",) if args.skip_full else ("day", "full")
-        # As an install does once (manage.py spark_class_archive); untimed, and only when there is none yet.
-        if not class_archive.archive_option():
-            print(f"class archive written (untimed): {class_archive.archive_write()}", flush=True)
+            seeded = seed(orders, args.days, end)
+            seed_record_path().write_text(json.dumps(seeded))
+            results["seeds"].append(seeded)
+        print(f"seeded: {json.dumps(seeded)}", flush=True)
+        planted[orders] = seeded["planted"]
+        if args.seed_only:
+            return
+        scopes = [("day", 1)] + ([(f"{args.days} days", args.days)] if args.full and args.days > 1 else [])
         with tempfile.TemporaryDirectory(prefix="bench-reports-") as reports:
-            size["day_run"] = measure("one day (spark)", args.repeat, lambda: nightly(end, 1, Path(reports)))
-            if "full" in scopes:
-                size["full_run"] = measure(
-                    f"{args.days} days (spark)", args.repeat, lambda: nightly(end, args.days, Path(reports))
-                )
-        size["day_sql"] = measure("one day (sql)", args.repeat, lambda: sql_baseline(end, 1))
-        if "full" in scopes:
-            size["full_sql"] = measure(f"{args.days} days (sql)", args.repeat, lambda: sql_baseline(end, args.days))
-        for scope in scopes:
-            spark_found, sql_found = size[f"{scope}_run"]["found"], size[f"{scope}_sql"]["found"]
-            assert spark_found == sql_found, f"{scope}: spark found {spark_found}, SQL found {sql_found}"
-        size["load_average_after"] = load_average()
-        results["sizes"].append(size)
-    if len(results["sizes"]) == 2:
-        small, big = results["sizes"]
-        results["scaling"] = {
-            scope: round(big[scope]["median"] / small[scope]["median"], 2)
-            for scope in ("day_run", "full_run")
-            if scope in small
-        }
-    print(json.dumps(results, indent=2))
+            for attempt in range(1, args.repeat + 1):
+                for scope, days in scopes:
+                    if not args.cluster_only:
+                        run = spark_run(end, days, Path(reports), env={}, cluster_pids=[])
+                        record(results["runs"], orders, f"spark local, {scope}", attempt, run)
+                        record(
+                            results["runs"],
+                            orders,
+                            "sql" if days == 1 else f"sql, {scope}",
+                            attempt,
+                            baseline_run(end, days),
+                        )
+            if (args.cluster or args.cluster_only) and orders == max(args.orders):
+                with standalone_cluster(
+                    workers=CLUSTER_WORKERS,
+                    cores=CLUSTER_WORKER_CORES,
+                    memory=CLUSTER_WORKER_MEMORY,
+                    work_dir=Path(reports),
+                ) as cluster:
+                    env = {**cluster.job_env(executor_memory=CLUSTER_EXECUTOR_MEMORY), "PYSPARK_PYTHON": sys.executable}
+                    for attempt in range(1, args.repeat + 1):
+                        run = spark_run(end, 1, Path(reports), env=env, cluster_pids=cluster.pids)
+                        record(
+                            results["runs"],
+                            orders,
+                            f"spark cluster {CLUSTER_WORKERS}x{CLUSTER_WORKER_CORES}, day",
+                            attempt,
+                            run,
+                        )
+    summary = markdown(results["seeds"], results["runs"])
+    print(summary)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
+    if args.markdown:
+        args.markdown.write_text(summary)
+    if wrong := mismatches(results["runs"], planted):
+        raise SystemExit("violations found differ from those planted:\n" + "\n".join(wrong))
 
 
 if __name__ == "__main__":

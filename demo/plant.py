@@ -8,12 +8,15 @@ import random
 from datetime import UTC, date, datetime, timedelta
 
 from django.db import models, router, transaction
+from django.db.models import Max, Min
 
 from core.contract import BUSINESS_ORDER
 from credits.models import OrderCredit
 from orders.models import Order
 from outbox.models import TransactionLog
 
+# Order ids drawn per round when looking for credited orders of the day (a few rounds, whatever the day's size).
+SAMPLE_ROUND = 200
 # Each kind of inconsistency, and the id the nightly checks report for it (see analytics/checks.py).
 PLANTABLE = (
     "order_without_log",
@@ -35,23 +38,11 @@ def plant_inconsistencies(*, day: date, per_kind: int = 3, seed: int | None = No
     """
     rng = random.Random(seed)
     start = datetime(day.year, day.month, day.day, tzinfo=UTC)
-    # Orders and credits are in two databases: the day's orders from one, then which of them have a credit from the
-    # other, with one range query on order_id (the day's ids are contiguous enough for it to stay small).
-    orders = dict(
-        Order.objects.filter(created_at__gte=start, created_at__lt=start + timedelta(days=1)).values_list(
-            "id", "transaction_id"
-        )
-    )
-    credited = (
-        set(OrderCredit.objects.filter(order_id__range=(min(orders), max(orders))).values_list("order_id", flat=True))
-        if orders
-        else set()
-    )
-    candidates = sorted((order_id, tx) for order_id, tx in orders.items() if order_id in credited)
     needed = per_kind * len(PLANTABLE)
+    candidates = _credited_orders_sample(rng=rng, start=start, end=start + timedelta(days=1), count=needed)
     if len(candidates) < needed:
         raise ValueError(f"{day} has {len(candidates)} credited orders; planting needs {needed}")
-    picked = rng.sample(candidates, needed)
+    picked = rng.sample(sorted(candidates.items()), needed)
     groups = {kind: sorted(picked[i * per_kind : (i + 1) * per_kind]) for i, kind in enumerate(PLANTABLE)}
 
     def order_ids(kind: str) -> list[int]:
@@ -114,3 +105,30 @@ def plant_inconsistencies(*, day: date, per_kind: int = 3, seed: int | None = No
         expected["stuck_outbox"] = sorted(log_ids("stuck_outbox"))
         expected["missing_credit"] = sorted(order_ids("missing_credit") + stuck)
     return expected
+
+
+def _credited_orders_sample(*, rng: random.Random, start: datetime, end: datetime, count: int) -> dict[int, str]:
+    """Return at least `count` orders placed in [start, end) that have a credit (id -> transaction id), or all of them
+    if there are fewer.
+
+    Ids are drawn at random between the window's smallest and largest order id, a round at a time, so a day of 10M
+    orders costs a few small queries, not a 10M-row read. Orders are in one database, credits in the other: each
+    round reads its orders from the first, then which of them have a credit from the second.
+    """
+    in_window = Order.objects.filter(created_at__gte=start, created_at__lt=end)
+    bounds = in_window.aggregate(low=Min("id"), high=Max("id"))
+    if bounds["low"] is None:
+        return {}
+    untried = range(bounds["low"], bounds["high"] + 1)
+    tried: set[int] = set()
+    found: dict[int, str] = {}
+    while len(found) < count and len(tried) < len(untried):
+        if len(untried) - len(tried) <= SAMPLE_ROUND:
+            ids = [i for i in untried if i not in tried]
+        else:
+            ids = [i for i in rng.sample(untried, SAMPLE_ROUND) if i not in tried]
+        tried.update(ids)
+        orders = dict(in_window.filter(id__in=ids).values_list("id", "transaction_id"))
+        credited = OrderCredit.objects.filter(order_id__in=list(orders)).values_list("order_id", flat=True)
+        found.update((order_id, orders[order_id]) for order_id in credited)
+    return found

@@ -161,3 +161,49 @@ def test_a_multi_row_insert_writes_each_row_as_the_orm_reads_it(user):
         ("item 1", 1, f"{1:032x}", created_at),
         ("item 2", 2, f"{2:032x}", created_at),
     ]
+
+
+@pytest.mark.django_db
+def test_literal_rows_write_each_row_as_the_orm_reads_it(user):
+    insert = sql.Insert(Order, ("user", "goods_name", "total", "transaction_id", "created_at"))
+    connection = connections[insert.database]
+    created_at = timezone.now()
+    odd = "O'Brien's \\ \"mug\" ☕ --"
+    rows = [
+        (user.pk, name, n, f"{n:032x}", connection.ops.adapt_datetimefield_value(created_at))
+        for n, name in ((1, "item 1"), (2, odd))
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(insert.literal_rows(rows))
+    written = Order.objects.filter(user=user).order_by("total")
+    assert [(o.goods_name, o.total, o.transaction_id, o.created_at) for o in written] == [
+        ("item 1", 1, f"{1:032x}", created_at),
+        (odd, 2, f"{2:032x}", created_at),
+    ]
+
+
+@pytest.mark.django_db
+def test_literal_rows_take_ints_for_integer_columns_and_refuse_what_they_cannot_write():
+    at = "2026-11-25 00:00:00.000000"
+    assert ORDER_INSERT.literal_rows([(1, "a", 2, "t", at)]).endswith(f" VALUES (1,'a',2,'t','{at}')")
+    with pytest.raises(TypeError):
+        ORDER_INSERT.literal_rows([("1 OR 1", "a", 2, "t", at)])
+    with pytest.raises(ValueError, match="at least one row"):
+        ORDER_INSERT.literal_rows([])
+    with pytest.raises(ValueError, match="only_if"):
+        CREDIT_INSERT.literal_rows([()])
+    assert BALANCE_CREATE.literal_rows([(1, 2, "2026-11-25 00:00:00")]).endswith(
+        "VALUES (1,2,'2026-11-25 00:00:00') ON DUPLICATE KEY UPDATE `user_id` = `user_id`"
+    )
+
+
+@pytest.mark.django_db
+def test_literal_rows_escape_every_value_when_one_needs_it():
+    at = "2026-11-25 00:00:00.000000"
+    plain = ORDER_INSERT.literal_rows([(1, "mug", 2, "t", at)])
+    assert plain.endswith(f" VALUES (1,'mug',2,'t','{at}')")
+    escaped = ORDER_INSERT.literal_rows([(1, "mug", 2, "t", at), (2, "O'Brien \\ x", 3, "u", at)])
+    assert escaped.endswith(f" VALUES (1,'mug',2,'t','{at}'),(2,'O\\'Brien \\\\ x',3,'u','{at}')")
+    assert ORDER_INSERT.literal_rows([(1, "None", 2, "t", at)]).endswith(f" VALUES (1,'None',2,'t','{at}')")
+    with pytest.raises(AttributeError):
+        ORDER_INSERT.literal_rows([(1, None, 2, "t", at)])

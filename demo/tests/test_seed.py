@@ -122,3 +122,10 @@ def test_command_prints_rate_and_plants(capsys):
     assert "loaded 300 orders for 7 users over 2 days ending 2026-11-20" in out
     assert "rows/s" in out
     assert "missing_credit: [" in out and "duplicate_credit: []  (not plantable here" in out
+
+
+def test_plant_refuses_a_day_with_too_few_credited_orders():
+    seed_demo_data(orders=30, days=1, users=3, end=END, seed=6)
+    OrderCredit.objects.filter(order_id__gt=15).delete()
+    with pytest.raises(ValueError, match="has 15 credited orders; planting needs 21"):
+        plant_inconsistencies(day=END, per_kind=3, seed=6)

@@ -1,0 +1,68 @@
+"""The analytics bench's own parts: the plain-SQL baseline finds exactly what was planted, and the /proc readings."""
+
+import subprocess
+import sys
+from datetime import timedelta
+
+import MySQLdb
+import pytest
+from django.db import connections
+from django.utils import timezone
+
+from bench.analytics_baseline import sql_baseline
+from bench.proc_stats import ServerThreads, TreeSampler, gc_log_peaks
+from demo.plant import plant_inconsistencies
+from demo.seed import seed_demo_data
+
+DAY = timezone.now().date() - timedelta(days=1)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_baseline_finds_exactly_the_planted_violations():
+    seed_demo_data(orders=400, days=2, users=20, end=DAY, seed=7)
+    planted = plant_inconsistencies(day=DAY, per_kind=2, seed=7)
+
+    result = sql_baseline(DAY, 1)
+
+    assert result["found"] == {name: len(ids) for name, ids in planted.items()}
+    assert sum(result["found"].values()) == 16
+
+
+def test_gc_log_peaks_reads_g1_and_serial_lines(tmp_path):
+    (tmp_path / "gc-1.log").write_text(
+        "[0.412s][info][gc] GC(0) Pause Young (Normal) (G1 Evacuation Pause) 24M->4M(256M) 3.101ms\n"
+        "[2.101s][info][gc] GC(1) Pause Young (Normal) (G1 Evacuation Pause) 1200M->300M(1536M) 40.2ms\n"
+    )
+    (tmp_path / "gc-2.log").write_text("[0.2s][info][gc] GC(0) Pause Young (Allocation Failure) 512K->128K(2G) 1ms\n")
+
+    peaks = gc_log_peaks(sorted(tmp_path.iterdir()))
+
+    assert peaks == {"heap_used_peak_bytes": 1200 * 1024**2, "heap_committed_peak_bytes": 2 * 1024**3}
+
+
+@pytest.mark.slow
+def test_the_sampler_counts_a_childs_cpu_and_peak_memory():
+    burn = (
+        'import time; x = b"x" * (64 * 1024 * 1024); t = time.process_time()\nwhile time.process_time() - t < 0.6: pass'
+    )
+    process = subprocess.Popen([sys.executable, "-c", burn])
+    with TreeSampler(lambda: [process.pid]) as sampler:
+        process.wait()
+
+    seen = sampler.seen[process.pid]
+    assert seen.cpu_seconds >= 0.3
+    assert seen.peak_rss_bytes >= 64 * 1024 * 1024
+    assert sampler.total_cpu_seconds() >= seen.cpu_seconds
+
+
+@pytest.mark.django_db(transaction=True)
+def test_server_threads_count_the_cpu_of_queries_on_our_schema():
+    params = connections["default"].get_connection_params()
+    with (
+        ServerThreads(lambda: MySQLdb.connect(**params), [params["database"]]) as server,
+        connections["default"].cursor() as cursor,
+    ):
+        cursor.execute("SELECT BENCHMARK(3000000, MD5('creditshop'))")
+
+    assert server.cpu_seconds is not None and server.cpu_seconds > 0
+    assert server.whole_server_cpu_seconds >= server.cpu_seconds
