@@ -64,7 +64,6 @@ class Insert:
     `keep_existing` adds ``ON DUPLICATE KEY UPDATE <pk> = <pk>``: a row already there stays as it is.
     `only_if`, an SQL condition without parameters, makes it ``INSERT INTO <table> (...) SELECT %s, ... FROM DUAL
     WHERE <condition>``: the row is written only when the condition holds when the statement runs.
-    `many(n)` is the same statement for n rows at once (a bulk load: one statement, one round trip per batch).
     `literal_rows(rows)` is the statement for these rows with their values written in as SQL literals, for a bulk
     load whose rows are too many to pass as parameters (see its docstring).
     """
@@ -91,21 +90,6 @@ class Insert:
     def sql(self) -> str:
         return self._statement(rows=1)
 
-    def many(self, rows: int) -> str:
-        """Return the statement for `rows` rows at once: ``VALUES (%s, ...), (%s, ...)``, parameters row after row."""
-        if rows < 1:
-            raise ValueError(f"an INSERT writes at least one row, not {rows}")
-        if self.only_if and rows > 1:
-            raise ValueError("an INSERT guarded by a condition (only_if) writes one row")
-        if rows not in self._many:
-            self._many[rows] = self._statement(rows=rows)
-        return self._many[rows]
-
-    @cached_property
-    def _many(self) -> dict[int, str]:
-        # A bulk load uses one batch size and a last, smaller batch: two entries.
-        return {}
-
     def literal_rows(self, rows: Sequence[tuple]) -> str:
         """Return the statement for these rows, each value written in as an SQL literal: ``VALUES (1,'a'),(2,'b')``.
 
@@ -117,7 +101,7 @@ class Insert:
         text values have ends, or anything to escape, or a None, it is written again escaping every value.
         Why: seeding 10M orders writes 200M values. Client CPU of seeding 200,000 orders, measured interleaved on the
         shared 2-core machine: rows formatted by hand (f-strings) 1.70-1.76 s, this 2.12-2.21 s, this escaping
-        every value 2.90-3.02 s; through the driver's parameters (`many`) 1.7 times the hand-formatted rows
+        every value 2.90-3.02 s; through the driver's parameters (one %s per value) 1.7 times the hand-formatted rows
         (docs/PERFORMANCE.md, "What the 10M seed rests on").
         """
         if self.only_if:

@@ -136,33 +136,6 @@ def test_the_instance_is_as_if_read_from_the_database():
         sql.Insert(Parcel, ("weight", "label")).instance("default", [3], pk=7)
 
 
-def test_a_multi_row_insert_repeats_the_row_and_refuses_what_it_cannot_write():
-    assert ORDER_INSERT.many(1) == ORDER_INSERT.sql
-    assert ORDER_INSERT.many(3).endswith(" VALUES (%s, %s, %s, %s, %s), (%s, %s, %s, %s, %s), (%s, %s, %s, %s, %s)")
-    assert ORDER_INSERT.many(3) is ORDER_INSERT.many(3)
-    with pytest.raises(ValueError, match="at least one row"):
-        ORDER_INSERT.many(0)
-    with pytest.raises(ValueError, match="only_if"):
-        CREDIT_INSERT.many(2)
-
-
-@pytest.mark.django_db
-def test_a_multi_row_insert_writes_each_row_as_the_orm_reads_it(user):
-    insert = sql.Insert(Order, ("user", "goods_name", "total", "transaction_id", "created_at"))
-    connection = connections[insert.database]
-    created_at = timezone.now()
-    rows = [
-        (user.pk, f"item {n}", n, f"{n:032x}", connection.ops.adapt_datetimefield_value(created_at)) for n in (1, 2)
-    ]
-    with connection.cursor() as cursor:
-        cursor.execute(insert.many(len(rows)), [value for row in rows for value in row])
-    written = Order.objects.filter(user=user).order_by("total")
-    assert [(o.goods_name, o.total, o.transaction_id, o.created_at) for o in written] == [
-        ("item 1", 1, f"{1:032x}", created_at),
-        ("item 2", 2, f"{2:032x}", created_at),
-    ]
-
-
 @pytest.mark.django_db
 def test_literal_rows_write_each_row_as_the_orm_reads_it(user):
     insert = sql.Insert(Order, ("user", "goods_name", "total", "transaction_id", "created_at"))
