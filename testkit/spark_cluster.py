@@ -2,7 +2,7 @@
 
 The daemons run in the foreground (SPARK_NO_DAEMONIZE), each in its own process group, so stopping one stops the
 executors it launched; everything started is stopped, even on failure. bench/bench_analytics.py runs the nightly
-job on it; analytics/tests/test_command_processes.py still has a one-worker copy of its own.
+job on it, and analytics/tests/test_command_processes.py runs it on one worker.
 """
 
 import json
@@ -19,7 +19,7 @@ from pathlib import Path
 import pyspark
 
 SPARK_HOME = Path(pyspark.__file__).parent
-# Ports in the bench's range, apart from the analytics tests' cluster (18577-18582): master, its UI, then a
+# Fixed ports on loopback: master, its UI, then a
 # (port, UI port) pair per worker from WORKER_PORTS, and the driver's and block manager's for the job.
 MASTER_PORT, MASTER_UI, DRIVER_PORT, BLOCK_PORT = 18600, 18601, 18602, 18603
 WORKER_PORTS = 18610

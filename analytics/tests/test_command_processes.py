@@ -6,17 +6,12 @@ against it with SPARK_MASTER=spark://127.0.0.1:<port>, and everything started he
 
 import ast
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
-import time
-import urllib.request
 from datetime import timedelta
 from pathlib import Path
 
-import pyspark
 import pytest
 from django.conf import settings
 from django.db import connections
@@ -25,21 +20,22 @@ from django.utils import timezone
 from analytics.models import NightlyRun
 from demo.seed import seed_demo_data
 from orders.models import Order
+from testkit import spark_cluster
 from testkit.processes import database_url, service_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-SPARK_HOME = Path(pyspark.__file__).parent
-# Ports in this project's range for the analytics helper: master, its UI, worker, its UI, driver, block manager.
-MASTER_PORT, MASTER_UI, WORKER_PORT, WORKER_UI, DRIVER_PORT, BLOCK_PORT = range(18577, 18583)
 DAY = timezone.now().date() - timedelta(days=1)
 
 
 def command_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The environment of a run against this test's database (its rows are committed) and report directory."""
-    return service_env(
-        REPORTS_DIR=str(tmp_path / "reports"), SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable, **extra
-    )
+    defaults = {
+        "REPORTS_DIR": str(tmp_path / "reports"),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+    }
+    return service_env(**{**defaults, **extra})
 
 
 def run_command(env: dict[str, str], *args: str, timeout: int = 600) -> subprocess.CompletedProcess:
@@ -57,96 +53,27 @@ def manage(env: dict[str, str], *args: str, timeout: int = 600) -> subprocess.Co
     )
 
 
-def start(name: str, *args: str, env: dict[str, str], log: Path) -> subprocess.Popen:
-    """Start a Spark daemon in the foreground, in its own process group so it can be stopped with its children."""
-    return subprocess.Popen(
-        [str(SPARK_HOME / "bin" / "spark-class"), name, *args],
-        env=env,
-        stdout=log.open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-
-
-def stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
-
-
-def wait_for_worker(deadline: float) -> None:
-    """Wait until the master's status page lists one alive worker."""
-    while time.monotonic() < deadline:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{MASTER_UI}/json/", timeout=2) as response:  # noqa: S310
-                if json.load(response).get("aliveworkers", 0) >= 1:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.5)
-    raise TimeoutError("the Spark standalone worker did not register with the master")
-
-
 @pytest.fixture
 def standalone_cluster(tmp_path):
-    env = {
-        **os.environ,
-        "SPARK_HOME": str(SPARK_HOME),
-        "SPARK_LOCAL_IP": "127.0.0.1",
-        "SPARK_WORKER_DIR": str(tmp_path / "work"),
-        "SPARK_NO_DAEMONIZE": "1",
-    }
-    processes = []
-    try:
-        processes.append(
-            start(
-                "org.apache.spark.deploy.master.Master",
-                *("--host", "127.0.0.1", "--port", str(MASTER_PORT), "--webui-port", str(MASTER_UI)),
-                env=env,
-                log=tmp_path / "master.log",
-            )
-        )
-        processes.append(
-            start(
-                "org.apache.spark.deploy.worker.Worker",
-                *("--host", "127.0.0.1", "--port", str(WORKER_PORT), "--webui-port", str(WORKER_UI)),
-                *("--cores", "2", "--memory", "1g", f"spark://127.0.0.1:{MASTER_PORT}"),
-                env=env,
-                log=tmp_path / "worker.log",
-            )
-        )
-        wait_for_worker(time.monotonic() + 120)
-        yield f"spark://127.0.0.1:{MASTER_PORT}"
-    finally:
-        for process in reversed(processes):
-            stop(process)
+    """A master and one two-core worker on loopback (testkit/spark_cluster.py), stopped after the test."""
+    with spark_cluster.standalone_cluster(workers=1, cores=2, memory="1g", work_dir=tmp_path) as cluster:
+        yield cluster
 
 
 def test_the_job_runs_on_a_standalone_cluster(standalone_cluster, tmp_path):
     seed_demo_data(orders=500, days=2, users=20, end=DAY, seed=21)
-    env = command_env(
-        tmp_path,
-        SPARK_MASTER=standalone_cluster,
-        SPARK_EXECUTOR_MEMORY="512m",
-        SPARK_CONF=(
-            f"spark.driver.host=127.0.0.1,spark.driver.port={DRIVER_PORT},spark.blockManager.port={BLOCK_PORT}"
-        ),
-    )
+    env = command_env(tmp_path, **standalone_cluster.job_env(executor_memory="512m"))
     completed = run_command(env, "--date", str(DAY))
     assert completed.returncode == 0, completed.stdout + completed.stderr[-3000:]
-    assert f"on {standalone_cluster}" in completed.stdout
-    assert f"master={standalone_cluster}" in completed.stdout
+    assert f"on {standalone_cluster.url}" in completed.stdout
+    assert f"master={standalone_cluster.url}" in completed.stdout
     report = json.loads((tmp_path / "reports" / str(DAY) / "consistency.json").read_text())
     assert report["ok"] is True
     placed = Order.objects.filter(created_at__date=DAY).count()
     analytics = json.loads((tmp_path / "reports" / str(DAY) / "analytics.json").read_text())
     assert analytics["orders"] == placed
     run = NightlyRun.objects.get()
-    assert (run.status, run.spark_master, run.orders) == ("succeeded", standalone_cluster, placed)
+    assert (run.status, run.spark_master, run.orders) == ("succeeded", standalone_cluster.url, placed)
     # The executors, not the driver, wrote the Parquet files: the worker kept a directory for the application.
     assert any((tmp_path / "work").iterdir())
 
