@@ -33,6 +33,7 @@ from rest_framework import authentication, exceptions
 
 from accounts.keys import digests_equal, key_digest, key_prefix
 from accounts.models import ApiToken
+from core import sql
 from core.cache import CacheDownLog, cache_get
 
 logger = logging.getLogger(__name__)
@@ -62,30 +63,17 @@ def _user_by_token_sql() -> str:
 
 @cache
 def _converters() -> tuple[tuple, ...]:
-    """Return, per selected column, the (converter, column) pairs the ORM would apply to what MariaDB returns.
+    """Return, per selected column, the (converter, column) pairs the ORM would apply (core/sql.read_converters).
 
     Applied by hand rather than through a raw queryset, which works them out again on every query: the look-up of
     a row then costs no more CPU than the plain-text one it replaces (bench/bench_auth.py).
     """
     fields = [ApiToken._meta.get_field(name) for name in TOKEN_FIELDS] + list(get_user_model()._meta.concrete_fields)
-    converters = []
-    for field in fields:
-        column = field.get_col(field.model._meta.db_table)
-        converters.append(
-            tuple(
-                (convert, column)
-                for convert in connection.ops.get_db_converters(column) + field.get_db_converters(connection)
-            )
-        )
-    return tuple(converters)
+    return sql.read_converters(connection, fields)
 
 
 def _converted(row: tuple) -> list:
-    values = list(row)
-    for index, converters in enumerate(_converters()):
-        for convert, column in converters:
-            values[index] = convert(values[index], column, connection)
-    return values
+    return sql.converted(connection, _converters(), row)
 
 
 @cache

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 
 from django.conf import settings
 from django.db import connections, router
+from django.db.models import DateTimeField, Model
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
@@ -53,20 +54,34 @@ class Table:
 
     name: str
     columns: tuple[str, ...]
+    # The columns among them that are DATETIME (UTC), read as integers (see _read_table).
+    timestamps: tuple[str, ...] = ()
     # The primary key: an integer, or (transaction_log) time-ordered hex text of a fixed width.
     key: str = "id"
     # A condition every read of the table adds (the outbox rows of orders only).
     where: str = ""
 
 
-ORDERS = Table(Order._meta.db_table, ("id", "user_id", "total", "created_at"))
+def model_table(model: type[Model], columns: tuple[str, ...], **options: str) -> Table:
+    """Return the Table of a model's columns, its DATETIME ones found from the model's fields."""
+    fields = {field.column: field for field in model._meta.concrete_fields}
+    timestamps = tuple(c for c in columns if isinstance(fields[c], DateTimeField))
+    return Table(model._meta.db_table, columns, timestamps=timestamps, **options)
+
+
+ORDERS = model_table(Order, ("id", "user_id", "total", "created_at"))
 # try_cast (in Spark) turns a non-numeric foreign_key into a NULL order id instead of failing the run.
-LOGS = Table(
-    TransactionLog._meta.db_table,
+LOGS = model_table(
+    TransactionLog,
     ("id", "foreign_key", "status", "attempts", "created_at"),
     where=f"business = '{ORDER_BUSINESS}'",
 )
-CREDITS = Table(OrderCredit._meta.db_table, ("id", "user_id", "order_id", "total", "created_at", "ordered_at"))
+CREDITS = model_table(OrderCredit, ("id", "user_id", "order_id", "total", "created_at", "ordered_at"))
+# A DATETIME column travels as microseconds since the epoch, under this suffix: the JDBC driver turns each DATETIME
+# value into a java.sql.Timestamp through a new Calendar, which was most of a read's CPU (1M orders, four
+# partitions, the driver JVM's CPU-seconds: 1.27-1.37 as DATETIME, 0.44-0.49 as an integer; the same read without
+# created_at 0.40-0.48). The values are UTC without a zone, so the difference from the epoch is exact.
+MICROS_SUFFIX = "__micros"
 _PAYLOAD_ORDER_ID = (
     "CAST(COALESCE(JSON_VALUE(payload, '$.order_id'), JSON_VALUE(payload, '$.message.order_id')) AS SIGNED)"
 )
@@ -309,10 +324,20 @@ def _text_range(column: str, low: int, high: int) -> str:
 
 
 def _read_table(spark: SparkSession, source: JdbcSource, table: Table, predicates: list[str]) -> DataFrame:
-    """Read a table's needed columns, one JDBC partition per predicate."""
+    """Read a table's needed columns, one JDBC partition per predicate, its DATETIME columns as integers.
+
+    The integers come from a derived table that keeps every column of the table, so the predicates read as they
+    would on the table; MariaDB merges it into the outer query, which still scans the key ranges by index.
+    """
     properties = {k: v for k, v in source.options().items() if k != "url"}
-    frame = spark.read.jdbc(source.url, table.name, predicates=predicates, properties=properties)
-    return frame.select(*table.columns)
+    stamps = table.timestamps
+    micros = "".join(f", TIMESTAMPDIFF(MICROSECOND, '1970-01-01', {c}) AS {c}{MICROS_SUFFIX}" for c in stamps)
+    # Identifiers come from this module's constants.
+    derived = f"(SELECT *{micros} FROM {table.name}) AS {table.name}"  # noqa: S608
+    frame = spark.read.jdbc(source.url, derived, predicates=predicates, properties=properties)
+    return frame.select(
+        *[F.timestamp_micros(F.col(f"{c}{MICROS_SUFFIX}")).alias(c) if c in stamps else c for c in table.columns]
+    )
 
 
 def read_first_orders(spark: SparkSession, source: JdbcSource, *, since_id: int | None) -> DataFrame:

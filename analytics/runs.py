@@ -6,6 +6,7 @@ stage and traceback, or an interruption (SIGTERM, under `interrupt_on_sigterm`).
 loads) knows nothing of locks or history rows.
 """
 
+import contextlib
 import os
 import signal
 import threading
@@ -151,7 +152,10 @@ def run_lock(*, period: Period) -> Iterator[None]:
     """Hold a MariaDB named lock for every day of the period, or raise RunLocked at once.
 
     The locks live on a connection of their own, so they last exactly as long as this block or this process:
-    a run that crashes or is killed releases them with its connection, and nothing is left to clean up.
+    a run that crashes or is killed releases them with its connection, and nothing is left to clean up. On the way
+    out they are released by a statement before the connection closes: the server frees a closed connection's locks
+    when its thread gets to the disconnect, after the client has moved on, so a run started right after this one
+    could otherwise still find its day locked.
     """
     db = connections["default"].settings_dict
     holder = MySQLdb.connect(
@@ -170,6 +174,8 @@ def run_lock(*, period: Period) -> Iterator[None]:
                 raise RunLocked(f"another nightly run for {day} is in progress")
         yield
     finally:
+        with contextlib.suppress(MySQLdb.Error):
+            holder.cursor().execute("SELECT RELEASE_ALL_LOCKS()")
         holder.close()
 
 

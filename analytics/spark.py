@@ -21,39 +21,40 @@ APP_NAME = "creditshop-nightly"
 UTC_JAVA_OPTIONS = "-Duser.timezone=UTC -Dfile.encoding=UTF-8"
 # Spark's start-up warnings out of the output unless asked for (run_nightly_reports -v 2); see the file.
 QUIET_LOG4J_OPTION = f"-Dlog4j2.configurationFile=file:{Path(__file__).with_name('log4j2-quiet.properties')}"
-# Up to this many orders in the read window, a run is short: its driver JVM compiles with C1 only, which spends
-# far less CPU on the JIT than C1 then C2 (measured on 2 cores: a day's run 46 s -> 41 s under load, the C2
-# compile threads compete with the work). Bigger runs keep tiered C2, which pays off on millions of rows
-# (the month's extract: 35 s with C1 only, 18 s tiered).
-LIGHT_JOB_ROWS = 300_000
-# Rows per shuffle partition when sizing a run (capped by ANALYTICS_SHUFFLE_PARTITIONS, at least 2).
-ROWS_PER_SHUFFLE_PARTITION = 250_000
-
-
-# A short run's work is mostly the JVM warming up, so it also skips what only pays off on many rows:
-# - code generation: compiling generated Java (Janino) costs more CPU than it saves on a day's rows; Janino's
-#   name look-ups also scan Spark's 280 jars; without it, operators and expressions run interpreted;
-# - compressing the cached frames: gathering the compression statistics was a tenth of the tasks' CPU time, and a
-#   day's cached rows are a few megabytes;
-# - the G1 collector's concurrent and parallel threads: the serial collector does the few young collections of a
-#   mostly empty heap on the thread that needs them.
-# Measured on the shared 2-core machine (docs/PERFORMANCE.md, "Nightly analytics"): code generation off took a
-# day's run from 49.9 to 46.7 CPU-seconds, the serial collector to 42.8 (single runs under load).
-LIGHT_JOB_CONF = {
+# Up to this many orders in the read window, a run is short enough that the JIT's own work dominates: the driver
+# JVM compiles with C1 only (far less compiler CPU than C1 then C2), collects with the serial collector (no G1
+# threads for a heap that holds a day) and caches its frames uncompressed (gathering the compression statistics
+# costs more than the memory saved). Measured at 1M orders on the shared 2-core machine, interleaved pairs
+# (docs/PERFORMANCE.md, "Nightly analytics"): tiered C2 with G1 52.8-56.3 driver JVM CPU-seconds; C1 with serial
+# GC 35.9-41.9; C1 with G1 39.7-40.7; C1, serial GC and uncompressed cache 32.8-34.6. Above it (10M) tiered C2
+# pays off: C2's code runs the millions of rows of every stage faster, and compressed columns keep the cache in
+# the heap.
+SHORT_JOB_ROWS = 2_000_000
+SHORT_JOB_CONF = {"spark.sql.inMemoryColumnarStorage.compressed": "false"}
+SHORT_JOB_JAVA_OPTIONS = " -XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# Up to this many, a run also skips code generation: compiling generated Java (Janino) costs more CPU than it saves
+# on a few hundred thousand rows (a day's run under load: 49.9 -> 46.7 CPU-seconds without it), and Janino's name
+# look-ups scan Spark's 280 jars; operators and expressions run interpreted. At 1M orders it costs more than it
+# saves: interpreted, the same run took 59.5-63.9 driver JVM CPU-seconds against 35.9-41.9 with code generation
+# (C1, serial GC both ways).
+INTERPRETED_JOB_ROWS = 300_000
+INTERPRETED_JOB_CONF = {
     "spark.sql.codegen.wholeStage": "false",
     "spark.sql.codegen.factoryMode": "NO_CODEGEN",
-    "spark.sql.inMemoryColumnarStorage.compressed": "false",
 }
-LIGHT_JOB_JAVA_OPTIONS = " -XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+# Rows per shuffle partition when sizing a run (capped by ANALYTICS_SHUFFLE_PARTITIONS, at least 2).
+ROWS_PER_SHUFFLE_PARTITION = 250_000
 
 
 def tuning_for(rows: int) -> dict[str, str]:
     """Return Spark properties sized for a run that reads about `rows` orders (and as many outbox rows, credits)."""
     partitions = max(2, min(settings.ANALYTICS_SHUFFLE_PARTITIONS, -(-rows // ROWS_PER_SHUFFLE_PARTITION)))
     tuning = {"spark.sql.shuffle.partitions": str(partitions), "spark.driver.extraJavaOptions": UTC_JAVA_OPTIONS}
-    if rows <= LIGHT_JOB_ROWS:
-        tuning |= LIGHT_JOB_CONF
-        tuning["spark.driver.extraJavaOptions"] += LIGHT_JOB_JAVA_OPTIONS
+    if rows <= SHORT_JOB_ROWS:
+        tuning |= SHORT_JOB_CONF
+        tuning["spark.driver.extraJavaOptions"] += SHORT_JOB_JAVA_OPTIONS
+    if rows <= INTERPRETED_JOB_ROWS:
+        tuning |= INTERPRETED_JOB_CONF
     return tuning
 
 

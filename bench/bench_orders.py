@@ -9,7 +9,10 @@ refuses), a fresh Idempotency-Key on every POST, a dedicated relay (`manage.py r
 - **ours**: the service as it is;
 - **plain**: the same gunicorn, settings and middleware serving bench/plain_urls.py, the endpoint written the plain
   way (DRF's TokenAuthentication and UserRateThrottle, a ModelSerializer, ``Order.objects.create`` and
-  ``TransactionLog.objects.create`` in one ``transaction.atomic``; no idempotency record, no wake-up).
+  ``TransactionLog.objects.create`` in one ``transaction.atomic``; no idempotency record, no wake-up);
+- **before** (``--before-dir``): another checkout's web, with this checkout's relay and worker;
+- **before-relay** (``--before-dir``): this checkout's web and worker, the other checkout's relay (started in place
+  of this one's for the run), to compare relays in one run.
 
 Each run charges the CPU (from /proc) of every process involved to the orders it placed (counted in the database):
 gunicorn (master and workers), the relay, the worker, and the shared mariadbd, RabbitMQ (beam.smp) and redis-server
@@ -271,6 +274,7 @@ class Pipeline:
         from django.conf import settings
 
         env = bench_env(ORDERS_RATE_LIMIT=RATE_LIMIT)
+        self.relay_dir = code_dir
         self.relay = subprocess.Popen([sys.executable, "manage.py", "relay_outbox"], cwd=code_dir, env=env)
         self.worker = subprocess.Popen(
             [str(VENV_BIN / "celery"), "-A", "config", "worker", "-Q", "outbox,credits", "--loglevel=warning"],
@@ -287,6 +291,17 @@ class Pipeline:
         # Orders an earlier run left uncredited (discarded outbox rows) stay so; only the gap may not grow.
         orders, _, credits = self.counts()
         self.uncredited = orders - credits
+
+    def use_relay(self, code_dir: Path) -> None:
+        """Run the relay from `code_dir` (another checkout's, with this venv) from now on; no-op if it already is."""
+        if code_dir == self.relay_dir:
+            return
+        stop(self.relay)
+        env = bench_env(ORDERS_RATE_LIMIT=RATE_LIMIT)
+        self.relay = subprocess.Popen([sys.executable, "manage.py", "relay_outbox"], cwd=code_dir, env=env)
+        self.relay_dir = code_dir
+        self.cpu.add("relay", self.relay.pid)
+        time.sleep(3)  # imported and listening before the warm-up's wake-ups
 
     def counts(self) -> tuple[int, int, int]:
         """Return (orders, pending outbox rows, credits) in the bench databases."""
@@ -319,6 +334,7 @@ def measure_variant(pipeline: Pipeline, name: str, tokens: list[str], args: argp
     if name == "plain":
         env.update(DJANGO_SETTINGS_MODULE="plain", PYTHONPATH=str(Path(__file__).resolve().parent))
     code_dir = Path(args.before_dir) if name == "before" else ROOT
+    pipeline.use_relay(Path(args.before_dir) if name == "before-relay" else ROOT)
     gunicorn = start_gunicorn(PORT, workers=args.workers, threads=args.threads, code_dir=code_dir, **env)
     try:
         run_wrk(tokens, 3)  # warm-up: connections opened, code paths hot
@@ -356,10 +372,10 @@ PROCESSES = ("gunicorn", "mariadbd", "rabbitmq", "redis", "relay", "worker", "ho
 def compare_plain(tokens: list[str], args: argparse.Namespace) -> None:
     """Run ours and plain in interleaved rounds; print every run, then the medians and the ratios ours/plain."""
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    if unknown := [v for v in variants if v.partition(":")[0] not in ("ours", "plain", "before")]:
+    if unknown := [v for v in variants if v.partition(":")[0] not in ("ours", "plain", "before", "before-relay")]:
         sys.exit(f"unknown variants: {unknown}")
-    if any(v.partition(":")[0] == "before" for v in variants) and not args.before_dir:
-        sys.exit("the before variant needs --before-dir")
+    if any(v.partition(":")[0] in ("before", "before-relay") for v in variants) and not args.before_dir:
+        sys.exit("the before and before-relay variants need --before-dir")
     outbox_backlog_discard("bench_orders: left pending by an earlier run")
     pipeline = Pipeline()
     runs: dict[str, list[dict]] = {name: [] for name in variants}
@@ -510,10 +526,13 @@ def main() -> None:
     parser.add_argument(
         "--variants",
         default="ours,plain",
-        help="comma-separated, in this order: ours, plain or before (the web from --before-dir), each optionally"
-        " with environment overrides for its gunicorn, e.g. 'ours:API_TOKEN_CACHE_SECONDS=0;ORDERS_RATE_LIMIT=none'",
+        help="comma-separated, in this order: ours, plain, before (the web from --before-dir) or before-relay (our"
+        " web, the relay from --before-dir), each optionally with environment overrides for its gunicorn, e.g."
+        " 'ours:API_TOKEN_CACHE_SECONDS=0;ORDERS_RATE_LIMIT=none'",
     )
-    parser.add_argument("--before-dir", default=None, help="another checkout whose web the before variant serves")
+    parser.add_argument(
+        "--before-dir", default=None, help="another checkout: the before variant's web, the before-relay one's relay"
+    )
     parser.add_argument("--ceiling-floor", action="store_true", help="raw DB ceiling and framework floor instead")
     parser.add_argument("--profile", type=int, default=0, metavar="N", help="cProfile N requests in process instead")
     parser.add_argument("--compare-tracing", type=int, default=0, metavar="ROUNDS", help="tracing overhead only")

@@ -76,9 +76,21 @@ ORDER_LINKS = {
 }
 
 
+# Answered by gunicorn before the application sees the request, as an HTML page: only a query string can make the
+# request line this long, so it is documented on the operations that take query parameters.
+URI_TOO_LONG = {
+    "description": "The request line is longer than the server's limit of 4,094 bytes (a query string that long)."
+}
+
+
 def add_links(result: dict, generator, request, public) -> dict:
-    """Say what drf-spectacular cannot (a postprocessing hook): the links, and that orders refuse unknown fields."""
+    """Say what drf-spectacular cannot (a postprocessing hook): the links, that orders refuse unknown fields, and the
+    server's limit on the request line."""
     created = result["paths"]["/api/orders/"]["post"]["responses"]["201"]
     created["links"] = ORDER_LINKS
     result["components"]["schemas"]["OrderInput"]["additionalProperties"] = False
+    for operations in result["paths"].values():
+        for operation in operations.values():
+            if any(parameter.get("in") == "query" for parameter in operation.get("parameters", ())):
+                operation["responses"].setdefault("414", URI_TOO_LONG)
     return result

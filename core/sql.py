@@ -16,7 +16,9 @@ a default, or the auto-increment key); building the statement fails otherwise, a
 every hot-path statement and checks it against its model. Instances come from ``Model.from_db``, as if read back.
 """
 
-from collections.abc import Iterator, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -64,17 +66,32 @@ class Insert:
     `keep_existing` adds ``ON DUPLICATE KEY UPDATE <pk> = <pk>``: a row already there stays as it is.
     `only_if`, an SQL condition without parameters, makes it ``INSERT INTO <table> (...) SELECT %s, ... FROM DUAL
     WHERE <condition>``: the row is written only when the condition holds when the statement runs.
+    `expressions` writes some fields by an SQL expression instead of a plain parameter, ``{field: expression}``, for
+    a statement in a batch that uses what an earlier one made (a user variable holding a new key). An expression
+    holds one ``%s``, which takes that field's value, or none, and the field takes no parameter: `parameters(values)`
+    turns the fields' values into the statement's parameters.
     `literal_rows(rows)` is the statement for these rows with their values written in as SQL literals, for a bulk
     load whose rows are too many to pass as parameters (see its docstring).
     """
 
     def __init__(
-        self, model: type[Model], fields: Sequence[str], *, keep_existing: bool = False, only_if: str = ""
+        self,
+        model: type[Model],
+        fields: Sequence[str],
+        *,
+        keep_existing: bool = False,
+        only_if: str = "",
+        expressions: Mapping[str, str] | None = None,
     ) -> None:
         self.model = model
         self.fields = tuple(fields)
         self.keep_existing = keep_existing
         self.only_if = only_if
+        self.expressions = dict(expressions or {})
+        if unknown := set(self.expressions) - set(self.fields):
+            raise ValueError(f"expressions for fields the statement does not write: {sorted(unknown)}")
+        if crowded := [name for name, expression in self.expressions.items() if expression.count("%s") > 1]:
+            raise ValueError(f"an expression takes at most one parameter: {crowded}")
 
     @cached_property
     def columns(self) -> tuple[str, ...]:
@@ -89,6 +106,15 @@ class Insert:
     @cached_property
     def sql(self) -> str:
         return self._statement(rows=1)
+
+    def parameters(self, values: Sequence[Any]) -> list[Any]:
+        """Return the statement's parameters for the fields' values (in field order): those of the fields an
+        expression without a parameter writes are left out."""
+        return [values[i] for i in self._parameter_positions]
+
+    @cached_property
+    def _parameter_positions(self) -> tuple[int, ...]:
+        return tuple(i for i, name in enumerate(self.fields) if "%s" in self.expressions.get(name, "%s"))
 
     def literal_rows(self, rows: Sequence[tuple]) -> str:
         """Return the statement for these rows, each value written in as an SQL literal: ``VALUES (1,'a'),(2,'b')``.
@@ -106,6 +132,8 @@ class Insert:
         """
         if self.only_if:
             raise ValueError("an INSERT guarded by a condition (only_if) writes one row")
+        if self.expressions:
+            raise ValueError("an INSERT with expressions writes one row")
         if not rows:
             raise ValueError("an INSERT writes at least one row, not 0")
         template, quoted, head, tail = self._literal
@@ -147,7 +175,7 @@ class Insert:
         qn = _quote_name(self.model)
         meta = self.model._meta
         columns = ", ".join(qn(column) for column in self.columns)
-        placeholders = ", ".join(["%s"] * len(self.columns))
+        placeholders = ", ".join(self.expressions.get(name, "%s") for name in self.fields)
         # Identifiers come from model metadata, quoted; values are query parameters.
         values = f"VALUES {', '.join([f'({placeholders})'] * rows)}"
         if self.only_if:
@@ -228,3 +256,139 @@ class Update:
         conditions = " AND ".join(f"{column(name)} = %s" for name in self.where)
         # Identifiers come from model metadata, quoted; values are query parameters.
         return f"UPDATE {qn(self.model._meta.db_table)} SET {', '.join(changes)} WHERE {conditions}"  # noqa: S608
+
+
+def transaction_batch(statements: Sequence[str], *, own_transaction: bool) -> str:
+    """Return statements as one multi-statement batch: one network round trip for all of them.
+
+    With `own_transaction` the batch is its own transaction (``START TRANSACTION; ...; COMMIT``): Django's atomic
+    would instead toggle autocommit around it (``SET autocommit=0``, ``COMMIT``, ``SET autocommit=1``), round trips
+    of their own. Without it the statements run inside the caller's transaction. MariaDB stops a batch at its first
+    failing statement, leaving an open transaction open: the caller rolls it back.
+    """
+    body = ";\n".join(statements)
+    return f"START TRANSACTION;\n{body};\nCOMMIT" if own_transaction else body
+
+
+def read_converters(connection, fields: Sequence[Field]) -> tuple[tuple, ...]:
+    """Return, per field, the (converter, column) pairs the ORM applies to what the database returns for it.
+
+    For a hot path that reads rows with a plain SELECT: worked out once (a raw queryset works them out again on every
+    query) and applied by `converted`, so the values read are the ORM's (JSON parsed, datetimes aware).
+    """
+    converters = []
+    for field in fields:
+        column = field.get_col(field.model._meta.db_table)
+        converters.append(
+            tuple(
+                (convert, column)
+                for convert in connection.ops.get_db_converters(column) + field.get_db_converters(connection)
+            )
+        )
+    return tuple(converters)
+
+
+def converted(connection, converters: tuple[tuple, ...], row: Sequence[Any]) -> list:
+    """Return a row read by a plain SELECT with each value converted as the ORM would (see read_converters)."""
+    values = list(row)
+    for index, pairs in enumerate(converters):
+        for convert, column in pairs:
+            values[index] = convert(values[index], column, connection)
+    return values
+
+
+def transaction_abandon(connection) -> None:
+    """Roll back the transaction a failed batch left open; if even that fails, close the connection.
+
+    A closed connection's transaction is rolled back by the server, so nothing half-written can outlive it.
+    """
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("ROLLBACK")
+    except Exception:
+        connection.close()
+
+
+@dataclass(frozen=True)
+class StatementResult:
+    """What one statement of a batch reported: rows matched or written, the auto-increment key it generated, and
+    the rows it read (a SELECT's; empty for any other statement)."""
+
+    rowcount: int
+    lastrowid: int | None
+    rows: tuple = ()
+
+
+def batch_execute(connection, cursor, batch: str, params: Sequence[Any]) -> list[StatementResult]:
+    """Run a multi-statement batch in one round trip on a Django cursor; return each statement's result.
+
+    MariaDB stops a batch at its first failing statement, and that error reaches the client only when its result is
+    read, so every result is read inside the execute call: Django's execute wrappers (the query log, the SQL span)
+    see the batch fail as one statement, and the error arrives as Django's DatabaseError. A transaction the batch
+    opened is still open after an error: the caller rolls it back.
+    """
+    # The results are read on the driver's cursor: Django's two cursor wrappers cost more per call than a read does.
+    driver_cursor = cursor.cursor.cursor
+    results = []
+
+    def result() -> StatementResult:
+        rows = driver_cursor.fetchall() if driver_cursor.description else ()
+        return StatementResult(driver_cursor.rowcount, driver_cursor.lastrowid, rows)
+
+    def read_every_result(execute, sql, params, many, context):
+        outcome = execute(sql, params, many, context)
+        results.append(result())
+        with connection.wrap_database_errors:
+            while driver_cursor.nextset():
+                results.append(result())
+        return outcome
+
+    with connection.execute_wrapper(read_every_result):
+        cursor.execute(batch, params)
+    return results
+
+
+def batch_row_counts(connection, batch: str, params: Sequence[Any]) -> list[int]:
+    """Run a multi-statement batch (or one statement) on its own cursor; return each statement's row count, raising
+    the first error. For batches that read no rows, on a hot path (the credit award).
+
+    A later statement's error reaches the client only when its result is read, so every result is read before this
+    returns, inside the database error translation, and the batch fails as one statement. Where something wraps
+    statements (an execute wrapper such as the SQL span, or the debug query log) or inside a transaction (a replay), it
+    goes through Django's cursor, the results read inside the execute call, so a wrapper sees the whole batch too.
+    """
+    if connection.execute_wrappers or connection.queries_logged or connection.in_atomic_block:
+        return _wrapped_batch_row_counts(connection, batch, params)
+    # Otherwise on the backend's own cursor, opened the way connection.cursor() opens one (health check, connection,
+    # thread check) but without Django's wrapper around it, which has nothing to do here: creating, entering and
+    # closing that wrapper, and calling through it, were about a tenth of a worker's Python CPU per award (py-spy
+    # --gil, bench_credits.py's backlog; docs/PERFORMANCE.md, "the award's cursor").
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    connection.validate_thread_sharing()
+    with connection.wrap_database_errors:
+        cursor = connection.create_cursor()
+        try:
+            cursor.execute(batch, params)  # the backend's wrapper, which maps its integrity error codes
+            return _row_counts(cursor.cursor)
+        finally:
+            with contextlib.suppress(connection.Database.Error):  # as Django's cursor closes: the error was raised
+                cursor.close()
+
+
+def _row_counts(driver_cursor) -> list[int]:
+    """Return the row count of each statement of the batch the driver cursor just ran, its first result in hand.
+
+    The later results are read on the driver's connection: the batch's statements return no rows, so there is no
+    result set to store, and the cursor's nextset() (storing and describing each result) costs more than its count.
+    """
+    counts = [driver_cursor.rowcount]
+    driver_connection = driver_cursor.connection
+    while driver_connection.next_result() == 0:  # -1: no more results; an error raises
+        counts.append(driver_connection.affected_rows())
+    return counts
+
+
+def _wrapped_batch_row_counts(connection, batch: str, params: list) -> list[int]:
+    with connection.cursor() as cursor:
+        return [result.rowcount for result in batch_execute(connection, cursor, batch, params)]

@@ -101,7 +101,7 @@ class WorkerTask(DjangoTask):
         request = stack.top
         if request is None or request.called_directly or request.is_eager or len(stack) != 1:
             return super().__call__(*args, **kwargs)
-        database_connections_refresh(task=self)
+        _database_connections_refresh_if_due()
         try:
             return self.run(*args, **kwargs)
         except BaseException:  # Retry and Reject too: the database may be why
@@ -111,8 +111,11 @@ class WorkerTask(DjangoTask):
 
 def database_connections_refresh(task=None) -> None:
     """Like Django per request, but at most once a second: close connections past CONN_MAX_AGE, health-check on use."""
-    if getattr(task.request, "is_eager", False):
-        return
+    if not getattr(task.request, "is_eager", False):
+        _database_connections_refresh_if_due()
+
+
+def _database_connections_refresh_if_due() -> None:
     now = time.monotonic()
     if now - getattr(_db_checked, "at", -math.inf) >= DB_CHECK_INTERVAL_SECONDS:
         close_old_connections()

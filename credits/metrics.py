@@ -18,6 +18,9 @@ AWARDS = Counter(
     "Credits messages applied by the consumer, by outcome (awarded, duplicate).",
     ["outcome"],
 )
+# Each outcome's series, bound once: labels() takes a lock and validates its arguments on every call.
+AWARDS_AWARDED = AWARDS.labels(outcome="awarded")
+AWARDS_DUPLICATE = AWARDS.labels(outcome="duplicate")
 RETRIES = Counter(
     "creditshop_credits_retries",
     "Credits messages scheduled for another try after a transient failure, by reason.",
@@ -70,8 +73,7 @@ def counters_initialize() -> None:
     """Create every label value at zero, so each series exists from the first scrape and rate() sees its start."""
     from credits.models import DeadLetter
 
-    for outcome in ("awarded", "duplicate"):
-        AWARDS.labels(outcome=outcome)
+    # AWARDS's two series exist from import on (AWARDS_AWARDED, AWARDS_DUPLICATE).
     for reason in DeadLetter.Reason.values:
         RETRIES.labels(reason=reason)
         DEAD_LETTERED.labels(reason=reason)

@@ -36,7 +36,6 @@ says. An order that does not exist, or disagrees with the credit given for it, i
 checks find (orphan_credit, credit_amount_mismatch); see docs/ARCHITECTURE.md.
 """
 
-import contextlib
 import functools
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -88,46 +87,16 @@ CREDIT_INSERT = sql.Insert(
 
 @functools.cache
 def award_batch(*, own_transaction: bool) -> str:
-    """Return the award's statements as one multi-statement batch: one network round trip for the whole award.
-
-    With `own_transaction` the batch is its own transaction (``START TRANSACTION; ...; COMMIT``): Django's atomic
-    would instead toggle autocommit around it (``SET autocommit=0``, ``COMMIT``, ``SET autocommit=1``), four round
-    trips more per award. Without it the statements run inside the caller's transaction. MariaDB stops a batch at
-    its first failing statement, so after a duplicate (or any error) the transaction is still open, the balance
-    change in it: the caller rolls it back.
-    """
-    statements = f"{BALANCE_ADD.sql};\n{CREDIT_INSERT.sql}"
-    return f"START TRANSACTION;\n{statements};\nCOMMIT" if own_transaction else statements
-
-
-def _batch_row_counts(connection, cursor, batch: str, params: list) -> list[int]:
-    """Run a multi-statement batch; return each statement's row count, raising the first statement error.
-
-    A later statement's error reaches the client only when its result is read, so the results are read inside the
-    execute call: Django's execute wrappers (the query log, the SQL span) then see the batch fail as one statement.
-    """
-    # The results are read on the driver's cursor: Django's two cursor wrappers cost more per call than a read does.
-    driver_cursor = cursor.cursor.cursor
-    counts = []
-
-    def read_every_result(execute, sql, params, many, context):
-        result = execute(sql, params, many, context)
-        counts.append(driver_cursor.rowcount)
-        with connection.wrap_database_errors:
-            while driver_cursor.nextset():
-                counts.append(driver_cursor.rowcount)
-        return result
-
-    with connection.execute_wrapper(read_every_result):
-        cursor.execute(batch, params)
-    return counts
+    """Return the award's statements as one multi-statement batch (core/sql.transaction_batch): one network round
+    trip for the whole award, its own transaction or, without `own_transaction`, inside the caller's."""
+    return sql.transaction_batch([BALANCE_ADD.sql, CREDIT_INSERT.sql], own_transaction=own_transaction)
 
 
 def credit_balance_ensure(*, user_id: int) -> None:
     """Create the user's zero balance row if it is missing, in a statement of its own (see the module docstring)."""
     connection = connections[credits_database()]
-    with connection.cursor() as cursor:
-        cursor.execute(BALANCE_CREATE.sql, [user_id, 0, connection.ops.adapt_datetimefield_value(timezone.now())])
+    now = connection.ops.adapt_datetimefield_value(timezone.now())
+    sql.batch_row_counts(connection, BALANCE_CREATE.sql, [user_id, 0, now])
 
 
 def _credit_insert(
@@ -142,32 +111,17 @@ def _credit_insert(
     now = connection.ops.adapt_datetimefield_value(timezone.now())
     ordered_at = connection.ops.adapt_datetimefield_value(ordered_at)
     params = [amount, now, user_id, order_id, user_id, amount, transaction_id, now, ordered_at]
-    with connection.cursor() as cursor:
-        if not connection.get_autocommit():
-            # Inside a caller's transaction (a replay): a savepoint, so a duplicate undoes only this balance change.
-            with transaction.atomic(using=alias):
-                _update, insert = _batch_row_counts(connection, cursor, award_batch(own_transaction=False), params)
-            return insert == 1
-        try:
-            _start, _update, insert, _commit = _batch_row_counts(
-                connection, cursor, award_batch(own_transaction=True), params
-            )
-        except BaseException:
-            _transaction_abandon(connection)
-            raise
-    return insert == 1
-
-
-def _transaction_abandon(connection) -> None:
-    """Roll back the transaction a failed batch left open; if even that fails, close the connection.
-
-    A closed connection's transaction is rolled back by the server, so no half-applied award can outlive it.
-    """
+    if connection.in_atomic_block:
+        # Inside a caller's transaction (a replay): a savepoint, so a duplicate undoes only this balance change.
+        with transaction.atomic(using=alias):
+            _update, insert = sql.batch_row_counts(connection, award_batch(own_transaction=False), params)
+        return insert == 1
     try:
-        connection.rollback()
-    except Exception:
-        with contextlib.suppress(Exception):
-            connection.close()
+        _start, _update, insert, _commit = sql.batch_row_counts(connection, award_batch(own_transaction=True), params)
+    except BaseException:
+        sql.transaction_abandon(connection)
+        raise
+    return insert == 1
 
 
 def credit_award(

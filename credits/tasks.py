@@ -250,18 +250,20 @@ def award_credits(self: Task, *args: Any, **kwargs: Any) -> str:
     # The task id is the outbox transaction id: every record the award logs carries it. Bound and unbound here rather
     # than by task_prerun/task_postrun receivers, which Celery's tracer would signal for every task (core/worker.py);
     # the lines Celery logs itself once the run returned (a retry, a failure) name the id in their text.
-    transaction_bind(str(self.request.id))
+    # The request is looked up once: each self.request is a look-up in Celery's thread-local stack.
+    request = self.request
+    transaction_bind(str(request.id))
     try:
-        return _award(self, args, kwargs)
+        return _award(self, request, args, kwargs)
     finally:
         transaction_unbind()
 
 
-def _award(self: Task, args: tuple, kwargs: dict) -> str:
+def _award(self: Task, request, args: tuple, kwargs: dict) -> str:
     well_formed_call = not args and set(kwargs) == {"message"}
     payload = kwargs["message"] if well_formed_call else {"args": list(args), "kwargs": kwargs}
     try:
-        if (redeliveries := _redeliveries(self.request)) > retry.max_retries():
+        if (redeliveries := _redeliveries(request)) > retry.max_retries():
             raise Redelivered(f"delivered {redeliveries + 1} times, never acknowledged (the worker died each time)")
         if not well_formed_call:
             raise MalformedMessage('expected keyword argument "message" only')
@@ -278,8 +280,10 @@ def _award(self: Task, args: tuple, kwargs: dict) -> str:
             )
     except Exception as exc:  # every failure goes through the one retry policy
         _fail(self, exc, payload)
-    outcome = "awarded" if award.created else "duplicate"
-    metrics.AWARDS.labels(outcome=outcome).inc()
-    if award.created and (age := message_age_seconds(self.request)) is not None:
+    if not award.created:
+        metrics.AWARDS_DUPLICATE.inc()
+        return "duplicate"
+    metrics.AWARDS_AWARDED.inc()
+    if (age := message_age_seconds(request)) is not None:
         metrics.ORDER_TO_CREDIT.observe(age)
-    return outcome
+    return "awarded"

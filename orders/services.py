@@ -1,5 +1,6 @@
 """Writes for orders: placing an order together with its outbox message and idempotency record."""
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -17,7 +18,8 @@ from core.retention import purge_in_batches
 from orders.messages import order_message_payload
 from orders.models import IdempotencyKey, Order
 from outbox.ids import new_transaction_id
-from outbox.services import message_insert, wake_relay
+from outbox.models import TransactionLog
+from outbox.services import MESSAGE_INSERT, message_row, wake_relay
 
 
 class IdempotencyKeyReused(ApplicationError):
@@ -36,10 +38,34 @@ def request_fingerprint(*, goods_name: str, total: int) -> str:
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-# The order request is the API's hot path, so its inserts are plain SQL built from the models (core/sql.py says
-# why, with the measurement); test_services reads the rows back through the ORM.
+# The order request is the API's hot path, so its statements are plain SQL built from the models (core/sql.py says
+# why, with the measurement); test_services reads the rows back through the ORM. The order, its outbox row and its
+# idempotency record go to MariaDB as one multi-statement batch, one network round trip (order_batch). The rows after
+# the order take its new key from a session variable the batch sets: the outbox row's foreign key and its payload's
+# order_id, the idempotency record's order.
+ORDER_ID = "@creditshop_order_id"
 ORDER_INSERT = sql.Insert(Order, ("user", "goods_name", "total", "transaction_id", "created_at"))
-IDEMPOTENCY_KEY_INSERT = sql.Insert(IdempotencyKey, ("user", "key", "fingerprint", "order", "created_at"))
+MESSAGE_AFTER_ORDER = sql.Insert(
+    TransactionLog,
+    MESSAGE_INSERT.fields,
+    expressions={"foreign_key": f"CAST({ORDER_ID} AS CHAR)", "payload": f"JSON_SET(%s, '$.order_id', {ORDER_ID})"},
+)
+IDEMPOTENCY_KEY_INSERT = sql.Insert(
+    IdempotencyKey, ("user", "key", "fingerprint", "order", "created_at"), expressions={"order": ORDER_ID}
+)
+# The payload's order_id until the database sets the order's new key there (JSON_SET above).
+PENDING_ORDER_ID = 0
+
+
+@functools.cache
+def order_batch(*, own_transaction: bool, idempotency_key: bool) -> str:
+    """Return the order's statements as one batch: the order, its outbox row and, for a request that sent an
+    Idempotency-Key, its idempotency record; its own transaction, or inside the caller's (core/sql.transaction_batch).
+    """
+    statements = [ORDER_INSERT.sql, f"SET {ORDER_ID} = LAST_INSERT_ID()", MESSAGE_AFTER_ORDER.sql]
+    if idempotency_key:
+        statements.append(IDEMPOTENCY_KEY_INSERT.sql)
+    return sql.transaction_batch(statements, own_transaction=own_transaction)
 
 
 @dataclass(frozen=True)
@@ -53,54 +79,45 @@ class OrderRows:
     idempotency_key: str | None
     fingerprint: str
 
-
-def _order_rows_insert(rows: OrderRows) -> int:
-    """Insert the order, its outbox row and its idempotency record in the open transaction; return the order id."""
-    with connection.cursor() as cursor:
-        cursor.execute(ORDER_INSERT.sql, [rows.user_id, rows.goods_name, rows.total, rows.transaction_id, rows.db_now])
-        order_id = cursor.lastrowid
-    message_insert(
-        transaction_id=rows.transaction_id,
-        business=BUSINESS_ORDER,
-        foreign_key=str(order_id),
-        payload=order_message_payload(
-            order_id=order_id, user_id=rows.user_id, total=rows.total, created_at=rows.created_at
-        ),
-    )
-    if rows.idempotency_key is not None:
-        with connection.cursor() as cursor:
-            cursor.execute(
-                IDEMPOTENCY_KEY_INSERT.sql,
-                [rows.user_id, rows.idempotency_key, rows.fingerprint, order_id, rows.db_now],
+    def parameters(self) -> list:
+        """Return the batch's parameters, statement after statement."""
+        payload = order_message_payload(
+            order_id=PENDING_ORDER_ID, user_id=self.user_id, total=self.total, created_at=self.created_at
+        )
+        _, message = message_row(
+            transaction_id=self.transaction_id, business=BUSINESS_ORDER, foreign_key="", payload=payload
+        )
+        parameters = [self.user_id, self.goods_name, self.total, self.transaction_id, self.db_now]
+        parameters += MESSAGE_AFTER_ORDER.parameters(message)
+        if self.idempotency_key is not None:
+            parameters += IDEMPOTENCY_KEY_INSERT.parameters(
+                [self.user_id, self.idempotency_key, self.fingerprint, None, self.db_now]
             )
-    return order_id
+        return parameters
+
+
+def _order_rows_insert(rows: OrderRows, *, own_transaction: bool) -> int:
+    """Run the order's batch and return the order's new id; in its own transaction, or in the caller's."""
+    batch = order_batch(own_transaction=own_transaction, idempotency_key=rows.idempotency_key is not None)
+    with connection.cursor() as cursor:
+        results = sql.batch_execute(connection, cursor, batch, rows.parameters())
+    # The order's INSERT is the batch's first statement, after START TRANSACTION in a batch of its own.
+    return results[1 if own_transaction else 0].lastrowid
 
 
 def _order_rows_commit(rows: OrderRows) -> int:
     """Write the rows in one explicit transaction, START TRANSACTION ... COMMIT, and return the order id.
 
     Django's atomic sends SET autocommit=0 before the statements and SET autocommit=1 after the COMMIT; START
-    TRANSACTION alone opens the transaction, one round trip to MariaDB fewer per order. Any error rolls everything
-    back before it propagates; when even the ROLLBACK fails the connection is closed, and the server discards what
-    it held.
+    TRANSACTION alone opens the transaction, and the whole transaction is one batch. MariaDB stops a batch at its
+    first failing statement with the transaction still open: any error rolls everything back before it propagates;
+    when even the ROLLBACK fails the connection is closed, and the server discards what it held.
     """
-    rollback_failed = False
     try:
-        with connection.cursor() as cursor:
-            cursor.execute("START TRANSACTION")
-            try:
-                order_id = _order_rows_insert(rows)
-                cursor.execute("COMMIT")
-            except BaseException:
-                try:
-                    cursor.execute("ROLLBACK")
-                except Exception:
-                    rollback_failed = True
-                raise
-    finally:
-        if rollback_failed:
-            connection.close()
-    return order_id
+        return _order_rows_insert(rows, own_transaction=True)
+    except BaseException:
+        sql.transaction_abandon(connection)
+        raise
 
 
 def order_create(
@@ -121,7 +138,7 @@ def order_create(
         if connection.in_atomic_block:
             # Only a test case's transaction may hold us (durable=True refuses any other); the ORM nests in it.
             with transaction.atomic(durable=True):
-                order_id = _order_rows_insert(rows)
+                order_id = _order_rows_insert(rows, own_transaction=False)
                 transaction.on_commit(wake_relay, robust=True)
         else:
             order_id = _order_rows_commit(rows)

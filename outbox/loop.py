@@ -2,11 +2,14 @@
 through outages."""
 
 import logging
+import math
 import threading
+import time
 
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connections
 
+from core.worker import DB_CHECK_INTERVAL_SECONDS
 from outbox.bell import Listener
 from outbox.drain import BrokerUnavailable, drain
 from outbox.outage import OutageLog, outage_backoff
@@ -30,7 +33,8 @@ def run_relay_loop(
     Between drains it waits on the bell in Redis (outbox/bell.py), which the web rings after each commit (folded to
     one ring per OUTBOX_WAKE_INTERVAL_SECONDS), for up to OUTBOX_IDLE_SECONDS. While Redis does not answer it polls
     instead: 50 ms after a drain that published, doubling up to OUTBOX_IDLE_SECONDS while nothing is due. While the
-    broker or the database is down it backs off up to 30 s, warning once per outage and then once a minute.
+    broker or the database is down it backs off up to 30 s, warning once per outage and then once a minute. Its
+    database connection is checked at most once a second, and at once after a database error.
     """
     publisher = publisher or Publisher()
     listener = listener or Listener()
@@ -39,9 +43,15 @@ def run_relay_loop(
     broker, database = OutageLog("broker", log=logger), OutageLog("database", log=logger)
     broker_failures = database_failures = 0
     total = 0
+    checked_at = -math.inf
     try:
         while not stop.is_set():
-            close_old_connections()
+            # Django's per-request connection check (CONN_MAX_AGE, a ping before use), at most once a second as in the
+            # worker (core/worker.py): woken dozens of times a second, a ping per drain was a round trip per drain.
+            checked = time.monotonic() - checked_at >= DB_CHECK_INTERVAL_SECONDS
+            if checked:
+                close_old_connections()
+                checked_at = time.monotonic()
             try:
                 published = drain(publisher, batch_size=batch_size, should_stop=stop.is_set)
             except BrokerUnavailable as exc:
@@ -51,6 +61,12 @@ def run_relay_loop(
                 stop.wait(outage_backoff(broker_failures))
                 continue
             except DatabaseError as exc:
+                if not checked:
+                    # The connection may have died while idle (the server restarted, or dropped it): check it and
+                    # drain again at once, as the ping would have. A drain's first statement is its claim, so such a
+                    # connection fails it before anything is published.
+                    checked_at = -math.inf
+                    continue
                 publisher.close()
                 database.failed(exc)
                 database_failures += 1

@@ -1,7 +1,8 @@
 """Recording what the broker said about a claimed batch: confirmed rows published, failed ones retried or dead.
 
 Each mark is one UPDATE guarded by the claim's lease value, so a relay that lost its lease (it ran longer than
-OUTBOX_LEASE_SECONDS, or an operator retried or discarded the rows) changes nothing.
+OUTBOX_LEASE_SECONDS, or an operator retried or discarded the rows) changes nothing. The published mark, one per
+batch, is plain SQL (outbox/statements.py); a failure's, rare, goes through the ORM.
 """
 
 import logging
@@ -10,10 +11,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db import connections
 from django.db.models import Case, Value, When
 from django.utils import timezone
 
-from outbox import metrics
+from outbox import metrics, statements
 from outbox.claims import PENDING, Claim, ClaimedMessage
 from outbox.models import TransactionLog
 from outbox.publisher import PublishResult
@@ -21,6 +23,7 @@ from outbox.retry import retry_delay
 
 logger = logging.getLogger(__name__)
 
+PUBLISHED = TransactionLog.Status.PUBLISHED
 # Broker-side reasons are kept in last_error; a bounded length keeps a pathological message out of the table.
 MAX_ERROR_LENGTH = 1000
 
@@ -38,9 +41,14 @@ def mark_published(claim: Claim, ids: Sequence[str]) -> int:
     """Mark the confirmed rows of a claim published in one UPDATE; return how many this relay still owned."""
     if not ids:
         return 0
-    updated = TransactionLog.objects.filter(id__in=list(ids), status=PENDING, next_attempt_at=claim.lease_until).update(
-        status=TransactionLog.Status.PUBLISHED, published_at=timezone.now()
-    )
+    connection = connections[statements.database()]
+    adapt = connection.ops.adapt_datetimefield_value
+    with connection.cursor() as cursor:
+        cursor.execute(
+            statements.mark_published_update(len(ids)),
+            [PUBLISHED, adapt(timezone.now()), PENDING, adapt(claim.lease_until), *ids],
+        )
+        updated = cursor.rowcount
     if updated != len(ids):
         logger.info(
             "outbox: %d of %d published rows had changed since the claim (lease lost, retried or discarded)",

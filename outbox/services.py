@@ -50,41 +50,32 @@ def message_create(*, transaction_id: str, business: str, foreign_key: str, payl
     """Insert one outbox row in the current transaction and wake the relay once that transaction commits.
 
     The row keeps the current trace context (the order request's), which the relay sends along with the message.
+    (The order request writes its row in its own batch: orders/services.py.)
     """
-    message = message_insert(transaction_id=transaction_id, business=business, foreign_key=foreign_key, payload=payload)
+    values, parameters = message_row(
+        transaction_id=transaction_id, business=business, foreign_key=foreign_key, payload=payload
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(MESSAGE_INSERT.sql, parameters)
     transaction.on_commit(wake_relay, robust=True)
-    return message
+    return MESSAGE_INSERT.instance(connection.alias, values)
 
 
-def message_insert(*, transaction_id: str, business: str, foreign_key: str, payload: dict) -> TransactionLog:
-    """Insert one outbox row in the transaction the caller holds, which must call wake_relay() after its COMMIT.
+def message_row(*, transaction_id: str, business: str, foreign_key: str, payload: dict) -> tuple[list, list]:
+    """Return a new outbox row's values and their database parameters, each in MESSAGE_INSERT's field order.
 
-    For a caller that runs its own START TRANSACTION ... COMMIT (the order request), where Django's on_commit would
-    run at once, before the row is visible to a relay.
+    The row is pending, due now, and keeps the current trace context (the order request's), which the relay sends
+    along with the message; the payload gains the schema version and the transaction id.
     """
     payload = {"schema_version": SCHEMA_VERSION, "transaction_id": transaction_id, **payload}
     now = timezone.now()
     db_now = connection.ops.adapt_datetimefield_value(now)
     traceparent, tracestate = current_trace_context()
-    with connection.cursor() as cursor:
-        cursor.execute(
-            MESSAGE_INSERT.sql,
-            [
-                transaction_id,
-                business,
-                foreign_key,
-                json.dumps(payload),
-                Status.PENDING,
-                db_now,
-                db_now,
-                traceparent,
-                tracestate,
-            ],
-        )
-    return MESSAGE_INSERT.instance(
-        connection.alias,
-        [transaction_id, business, foreign_key, payload, Status.PENDING, now, now, traceparent, tracestate],
-    )
+    head = [transaction_id, business, foreign_key]
+    tail = [Status.PENDING, now, now, traceparent, tracestate]
+    values = [*head, payload, *tail]
+    parameters = [*head, json.dumps(payload), Status.PENDING, db_now, db_now, traceparent, tracestate]
+    return values, parameters
 
 
 def wake_relay() -> None:

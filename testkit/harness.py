@@ -496,6 +496,27 @@ def wait_until_credited(order_ids: set[int], *, timeout: float) -> float:
     return time.monotonic() - started
 
 
+def wait_until_published(*, timeout: float) -> int:
+    """Poll the outbox until no row is left to publish (pending, or dead) or the timeout passes; return how many are.
+
+    A relay killed between a batch's publish and its mark leaves its rows pending, leased, until the lease runs out
+    and another relay publishes them again (the consumer absorbs the duplicates): the credits can all be there while
+    the outbox still holds rows it will send.
+    """
+    from django.db import connections
+
+    from outbox.models import TransactionLog
+
+    unsent = (TransactionLog.Status.PENDING, TransactionLog.Status.DEAD)
+    deadline = time.monotonic() + timeout
+    while True:
+        connections["default"].close()  # after a fault, a connection from before it may be gone
+        left = TransactionLog.objects.filter(status__in=unsent).count()
+        if left == 0 or time.monotonic() > deadline:
+            return left
+        time.sleep(0.5)
+
+
 def kill_database_connections(database: str) -> int:
     """KILL every server connection to a database except this process's own; return how many were killed."""
     from django.db import connection

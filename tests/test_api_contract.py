@@ -26,6 +26,24 @@ CONFIG = SchemathesisConfig.from_dict(
         "checks": {
             "enabled": True,
             "positive_data_acceptance": {"expected-statuses": ["2xx", "401", "404", "422", "429"]},
+            # Schemathesis' own list, and 414: a query string past gunicorn's request-line limit (core/openapi.py).
+            "negative_data_rejection": {
+                "expected-statuses": [
+                    "400",
+                    "401",
+                    "403",
+                    "404",
+                    "405",
+                    "406",
+                    "409",
+                    "414",
+                    "415",
+                    "422",
+                    "428",
+                    "429",
+                    "5xx",
+                ]
+            },
         }
     }
 )

@@ -1,11 +1,14 @@
-"""The award task's worker request decodes each message body once and runs the task with it (core/celery_request.py)."""
+"""The award task's worker request decodes each message body once, runs the task with it, and hands the task the
+message's own headers as Celery works them out (core/celery_request.py)."""
 
 import json
 
+from celery.app.task import Context
 from celery.app.trace import trace_task_ret
 from celery.utils.imports import symbol_by_name
 from kombu import Message
 
+import credits.tasks  # noqa: F401  (the requests below look the award task up in this process's registry)
 from config.celery import app
 from core.celery_request import DecodedOnceRequest
 from core.contract import AWARD_CREDITS_TASK
@@ -59,3 +62,22 @@ def test_a_request_celery_decoded_itself_is_left_as_it_is():
         headers={"id": "t-2", "task": AWARD_CREDITS_TASK},
     )  # fmt: skip
     assert (request.body, request.content_type) == (tuple(BODY), None)
+
+
+def test_the_task_sees_the_messages_own_headers_as_celery_works_them_out():
+    message = delivered(json.dumps(BODY).encode())
+    message.headers.update({"retries": 2, "argsrepr": "()", "created_at": 1.5, "traceparent": "00-ab-cd-01"})
+    request = DecodedOnceRequest(message, app=app, task=app.tasks[AWARD_CREDITS_TASK])
+    handed = request.request_dict
+    celerys = {key: value for key, value in handed.items() if key != "headers"}
+
+    assert handed["headers"] == {"created_at": 1.5, "traceparent": "00-ab-cd-01"}
+    assert Context(handed, args=[], kwargs={}).headers == Context(celerys, args=[], kwargs={}).headers
+
+
+def test_headers_a_message_names_itself_are_left_to_it():
+    message = delivered(json.dumps(BODY).encode())
+    message.headers.update({"headers": {"credits_first_failed_at": "2026-11-25T00:00:00+00:00"}, "created_at": 1.5})
+    request = DecodedOnceRequest(message, app=app, task=app.tasks[AWARD_CREDITS_TASK])
+
+    assert request.request_dict["headers"] == {"credits_first_failed_at": "2026-11-25T00:00:00+00:00"}

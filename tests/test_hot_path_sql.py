@@ -8,13 +8,16 @@ from django.utils import timezone
 from core import sql
 from credits.services import BALANCE_ADD, BALANCE_CREATE, CREDIT_INSERT, award_batch
 from orders.models import Order
-from orders.services import IDEMPOTENCY_KEY_INSERT, ORDER_INSERT
+from orders.services import IDEMPOTENCY_KEY_INSERT, MESSAGE_AFTER_ORDER, ORDER_INSERT, order_batch
+from outbox import statements
+from outbox.models import TransactionLog
 from outbox.services import MESSAGE_INSERT
 
 INSERTS = {
     "order": ORDER_INSERT,
     "idempotency key": IDEMPOTENCY_KEY_INSERT,
     "outbox message": MESSAGE_INSERT,
+    "outbox message after its order": MESSAGE_AFTER_ORDER,
     "credit balance": BALANCE_CREATE,
     "order credit": CREDIT_INSERT,
 }
@@ -55,7 +58,7 @@ def test_the_statements_name_the_models_tables_and_columns_quoted():
     )
     assert IDEMPOTENCY_KEY_INSERT.sql == (
         "INSERT INTO `idempotency_keys` (`user_id`, `key`, `fingerprint`, `order_id`, `created_at`)"
-        " VALUES (%s, %s, %s, %s, %s)"
+        " VALUES (%s, %s, %s, @creditshop_order_id, %s)"
     )
     assert MESSAGE_INSERT.sql == (
         "INSERT INTO `transaction_log` (`id`, `business`, `foreign_key`, `payload`, `status`, `next_attempt_at`,"
@@ -72,6 +75,38 @@ def test_the_statements_name_the_models_tables_and_columns_quoted():
         "INSERT INTO `order_credits` (`order_id`, `user_id`, `total`, `transaction_id`, `created_at`, `ordered_at`)"
         " SELECT %s, %s, %s, %s, %s, %s FROM DUAL WHERE ROW_COUNT() = 1"
     )
+
+
+def test_the_order_is_one_batch_of_the_models_statements():
+    assert MESSAGE_AFTER_ORDER.columns == MESSAGE_INSERT.columns
+    assert MESSAGE_AFTER_ORDER.sql == (
+        "INSERT INTO `transaction_log` (`id`, `business`, `foreign_key`, `payload`, `status`, `next_attempt_at`,"
+        " `created_at`, `traceparent`, `tracestate`) VALUES (%s, %s, CAST(@creditshop_order_id AS CHAR),"
+        " JSON_SET(%s, '$.order_id', @creditshop_order_id), %s, %s, %s, %s, %s)"
+    )
+    statements = [ORDER_INSERT.sql, "SET @creditshop_order_id = LAST_INSERT_ID()", MESSAGE_AFTER_ORDER.sql]
+    assert order_batch(own_transaction=True, idempotency_key=False) == "START TRANSACTION;\n" + ";\n".join(
+        [*statements, "COMMIT"]
+    )
+    assert order_batch(own_transaction=False, idempotency_key=True) == ";\n".join(
+        [*statements, IDEMPOTENCY_KEY_INSERT.sql]
+    )
+
+
+def test_an_expression_takes_its_fields_parameter_or_none():
+    insert = sql.Insert(Order, ORDER_INSERT.fields, expressions={"user": "@u", "total": "ABS(%s)"})
+    assert insert.sql == (
+        "INSERT INTO `orders` (`user_id`, `goods_name`, `total`, `transaction_id`, `created_at`)"
+        " VALUES (@u, %s, ABS(%s), %s, %s)"
+    )
+    assert insert.parameters([1, "mug", -3, "t", "now"]) == ["mug", -3, "t", "now"]
+    assert ORDER_INSERT.parameters([1, "a", 2, "t", "now"]) == [1, "a", 2, "t", "now"]
+    with pytest.raises(ValueError, match="one row"):
+        insert.literal_rows([(1, "mug", 3, "t", "now")])
+    with pytest.raises(ValueError, match="does not write"):
+        sql.Insert(Order, ("goods_name",), expressions={"total": "1"})
+    with pytest.raises(ValueError, match="at most one parameter"):
+        sql.Insert(Order, ("total",), expressions={"total": "%s + %s"})
 
 
 def test_the_award_is_one_batch_of_the_models_statements():
@@ -180,3 +215,40 @@ def test_literal_rows_escape_every_value_when_one_needs_it():
     assert ORDER_INSERT.literal_rows([(1, "None", 2, "t", at)]).endswith(f" VALUES (1,'None',2,'t','{at}')")
     with pytest.raises(AttributeError):
         ORDER_INSERT.literal_rows([(1, None, 2, "t", at)])
+
+
+def test_the_relays_statements_name_the_models_table_and_columns_quoted():
+    assert statements.claim_lock_batch() == (
+        "START TRANSACTION;\nSELECT `id`, `payload`, `attempts`, `created_at`, `traceparent`, `tracestate`"
+        " FROM `transaction_log` WHERE `status` = %s AND `next_attempt_at` <= %s"
+        " ORDER BY `next_attempt_at`, `id` LIMIT %s FOR UPDATE SKIP LOCKED"
+    )
+    assert statements.claim_lease_batch(2) == (
+        "UPDATE `transaction_log` SET `next_attempt_at` = %s WHERE `status` = %s AND `id` IN (%s, %s);\nCOMMIT"
+    )
+    assert statements.mark_published_update(1) == (
+        "UPDATE `transaction_log` SET `status` = %s, `published_at` = %s"
+        " WHERE `status` = %s AND `next_attempt_at` = %s AND `id` IN (%s)"
+    )
+
+
+def test_the_claim_reads_the_fields_a_claimed_message_holds_in_its_order():
+    from dataclasses import fields
+
+    from outbox.claims import ClaimedMessage
+
+    assert tuple(field.name for field in fields(ClaimedMessage)) == statements.CLAIMED_FIELDS
+    for name in statements.CLAIMED_FIELDS:
+        TransactionLog._meta.get_field(name)  # a renamed or removed field fails here
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claimed_row_reads_as_the_orm_reads_it():
+    from outbox.claims import claim_due
+    from outbox.services import message_create
+
+    message_create(transaction_id="c" * 32, business="test", foreign_key="1", payload={"order_id": 1})
+    (claimed,) = claim_due(limit=5).messages
+    row = TransactionLog.objects.values_list(*statements.CLAIMED_FIELDS).get(id="c" * 32)
+    assert (claimed.id, claimed.payload, claimed.attempts, claimed.created_at) == row[:4]
+    assert claimed.created_at.tzinfo is not None

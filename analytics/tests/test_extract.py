@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connections
 from django.utils import timezone
+from pyspark.sql import functions as F
 
 from analytics import extract
 from credits.models import DeadLetter
@@ -58,6 +59,15 @@ def test_each_read_goes_to_the_database_that_holds_its_table(spark):
     assert (plan.orders.lower, plan.orders.upper) == (ids[0], ids[-1])
     data = extract.extract_window(spark, sources, plan)
     assert (data.orders.count(), data.logs.count(), data.credits.count()) == (40, 40, 40)
+    # DATETIME columns travel as integers (extract.MICROS_SUFFIX) and arrive as the same instants, to the microsecond.
+    assert extract.ORDERS.timestamps == ("created_at",) and extract.CREDITS.timestamps == ("created_at", "ordered_at")
+    read_at = {
+        row.id: row.micros for row in data.orders.select("id", F.unix_micros("created_at").alias("micros")).collect()
+    }
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
+    assert read_at == {
+        pk: (at - epoch) // timedelta(microseconds=1) for pk, at in Order.objects.values_list("id", "created_at")
+    }
     assert [row.id for row in data.dead_letters.collect()] == [letter.pk] and data.dead_letters_note == ""
 
     # Look-ups read the rows of the ids in the ranges, wherever in time (ids 10..99 and 100.. are two lengths of text).

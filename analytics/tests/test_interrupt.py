@@ -183,3 +183,15 @@ def test_an_interrupted_run_stops_the_jvm_it_started_even_one_that_ignores_sigte
     assert completed.returncode == 0, completed.stderr[-3000:]
     # One child stopped, by SIGKILL once the grace period was over.
     assert completed.stdout.split() == ["1", str(-signal.SIGKILL)]
+
+
+@pytest.mark.django_db
+def test_a_day_lock_is_free_the_moment_its_run_lets_go():
+    from django.db import connection
+
+    # The server frees a closed connection's locks on its own time: released by statement, the next run may start
+    # at once (20 tries, as a race would show itself only now and then).
+    for _ in range(20):
+        with runs.run_lock(period=Period.ending(DAY)):
+            assert not day_lock_is_free(connection)
+        assert day_lock_is_free(connection)

@@ -32,10 +32,15 @@ def test_a_started_session_maps_the_class_archive_only_once_written(tmp_path, mo
     assert class_archive.archive_option() == f" -XX:SharedArchiveFile={path}"
 
 
-def test_a_day_runs_light_and_a_month_keeps_code_generation():
-    day, month = tuning_for(50_000), tuning_for(1_500_000)
+def test_a_small_day_runs_interpreted_a_million_keeps_code_generation_with_c1_and_ten_million_runs_tiered():
+    small, million, ten_million = tuning_for(50_000), tuning_for(1_000_000), tuning_for(10_000_000)
+    driver = "spark.driver.extraJavaOptions"
 
-    assert day["spark.sql.codegen.wholeStage"] == "false" and "-XX:+UseSerialGC" in day["spark.driver.extraJavaOptions"]
-    assert (
-        "spark.sql.codegen.wholeStage" not in month and "-XX:+UseSerialGC" not in month["spark.driver.extraJavaOptions"]
-    )
+    assert small["spark.sql.codegen.wholeStage"] == "false"
+    assert "-XX:TieredStopAtLevel=1" in small[driver] and "-XX:+UseSerialGC" in small[driver]
+    assert "spark.sql.codegen.wholeStage" not in million
+    assert "-XX:TieredStopAtLevel=1" in million[driver] and "-XX:+UseSerialGC" in million[driver]
+    assert million["spark.sql.inMemoryColumnarStorage.compressed"] == "false"
+    assert "spark.sql.codegen.wholeStage" not in ten_million
+    assert "spark.sql.inMemoryColumnarStorage.compressed" not in ten_million
+    assert "-XX:TieredStopAtLevel=1" not in ten_million[driver] and "-XX:+UseSerialGC" not in ten_million[driver]

@@ -1,7 +1,5 @@
-from unittest import mock
-
 import pytest
-from django.db import OperationalError, ProgrammingError, connections, transaction
+from django.db import ProgrammingError, connections, transaction
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
@@ -11,6 +9,7 @@ from credits.models import CreditBalance, DeadLetter, OrderCredit
 from credits.selectors import credit_balance
 from credits.services import ReplayOutcome
 from credits.tests.support import place_order
+from testkit.db_faults import rollback_refused
 
 pytestmark = pytest.mark.django_db
 
@@ -205,7 +204,7 @@ def test_when_the_rollback_itself_fails_the_connection_is_closed_and_the_server_
     batch = services.award_batch(own_transaction=True)
     failing = batch.replace("COMMIT", "SELECT * FROM credit_test_no_such_table;\nCOMMIT")
     monkeypatch.setattr(services, "award_batch", lambda *, own_transaction: failing)
-    monkeypatch.setattr(connection, "rollback", mock.Mock(side_effect=OperationalError(2013, "Lost connection")))
+    rollback_refused(monkeypatch, connection)
 
     with pytest.raises(ProgrammingError):
         award(payload)

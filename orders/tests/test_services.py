@@ -9,6 +9,7 @@ from django.db import OperationalError, connection, transaction
 from orders.models import IdempotencyKey, Order
 from orders.services import IdempotencyKeyReused, order_create, request_fingerprint
 from outbox.models import TransactionLog
+from testkit.db_faults import rollback_refused
 
 
 @pytest.mark.django_db
@@ -146,17 +147,19 @@ def test_concurrent_requests_with_one_key_make_exactly_one_order(user):
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_order_transaction_is_one_explicit_transaction_without_autocommit_toggling(user):
+def test_the_order_transaction_is_one_batch_without_autocommit_toggling(user):
     from django.test.utils import CaptureQueriesContext
 
     order_create(user=user, goods_name="warm-up", total=1)  # the connection opened, its settings sent
     with CaptureQueriesContext(connection) as ctx:
         order_create(user=user, goods_name="book", total=3, idempotency_key="k")
 
-    statements = [q["sql"].split(" (")[0] for q in ctx.captured_queries]
+    assert len(ctx.captured_queries) == 1  # one round trip
+    statements = [statement.split(" (")[0] for statement in ctx.captured_queries[0]["sql"].split(";\n")]
     assert statements == [
         "START TRANSACTION",
         "INSERT INTO `orders`",
+        "SET @creditshop_order_id = LAST_INSERT_ID()",
         "INSERT INTO `transaction_log`",
         "INSERT INTO `idempotency_keys`",
         "COMMIT",
@@ -164,39 +167,39 @@ def test_the_order_transaction_is_one_explicit_transaction_without_autocommit_to
     assert connection.get_autocommit()
 
 
-@pytest.mark.django_db(transaction=True)
-def test_a_failure_between_the_statements_rolls_the_whole_order_back(user, monkeypatch):
+def fail_after_the_order(monkeypatch):
+    """Make the server fail the order's batch right after the order's INSERT (a SIGNAL statement in between)."""
     from orders import services
 
-    def refuse(**kwargs):
-        raise RuntimeError("injected between the order and its outbox row")
+    real = services.order_batch
 
-    monkeypatch.setattr(services, "message_insert", refuse)
-    with pytest.raises(RuntimeError, match="injected"):
-        order_create(user=user, goods_name="book", total=3, idempotency_key="k")
+    def order_batch(**kwargs):
+        head, sep, tail = real(**kwargs).partition(f"SET {services.ORDER_ID}")
+        return f"{head}SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'injected after the order';\n{sep}{tail}"
+
+    monkeypatch.setattr(services, "order_batch", order_batch)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("idempotency_key", ["k", None])
+def test_a_failure_between_the_statements_rolls_the_whole_order_back(user, monkeypatch, idempotency_key):
+    fail_after_the_order(monkeypatch)
+    with pytest.raises(OperationalError, match="injected after the order"):
+        order_create(user=user, goods_name="book", total=3, idempotency_key=idempotency_key)
     monkeypatch.undo()
 
     assert Order.objects.count() == TransactionLog.objects.count() == IdempotencyKey.objects.count() == 0
     # The connection is back in autocommit with nothing open: the next order commits on its own.
-    placement = order_create(user=user, goods_name="book", total=3, idempotency_key="k")
+    placement = order_create(user=user, goods_name="book", total=3, idempotency_key=idempotency_key)
     connection.close()
     assert Order.objects.get().pk == placement.order.pk
 
 
 @pytest.mark.django_db(transaction=True)
 def test_when_even_the_rollback_fails_the_connection_is_dropped_and_nothing_stays(user, monkeypatch):
-    from orders import services
-
-    monkeypatch.setattr(services, "message_insert", lambda **kw: (_ for _ in ()).throw(RuntimeError("injected")))
-    real_execute = type(connection.cursor()).execute
-
-    def execute(cursor, sql, params=None):
-        if sql == "ROLLBACK":
-            raise OperationalError(2013, "Lost connection to server during query (injected)")
-        return real_execute(cursor, sql, params)
-
-    monkeypatch.setattr(type(connection.cursor()), "execute", execute)
-    with pytest.raises(RuntimeError, match="injected"):
+    fail_after_the_order(monkeypatch)
+    rollback_refused(monkeypatch, connection)
+    with pytest.raises(OperationalError, match="injected after the order"):
         order_create(user=user, goods_name="book", total=3)
     monkeypatch.undo()
 

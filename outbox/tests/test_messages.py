@@ -1,5 +1,6 @@
 """The task message the relay builds: Celery's protocol 2, without the headers that hold only Celery's defaults."""
 
+import json
 from datetime import UTC, datetime
 
 from celery.app.task import Context
@@ -108,3 +109,21 @@ def test_a_worker_runs_the_shorter_message_as_it_runs_celerys_own():
         assert not context.stamps and not context.stamped_headers
     # No result is stored either way: the app has no result backend and ignores results by default.
     assert app.conf.task_ignore_result and app.conf.result_backend is None
+
+
+def test_the_message_is_celerys_own_less_the_default_valued_headers():
+    # The message is filled in from a template Celery built once; this is what Celery builds for the row itself.
+    kwargs = {"message": PAYLOAD}
+    headers, properties, body, _ = app.amqp.as_task_v2(
+        TRANSACTION_ID, AWARD_CREDITS_TASK, args=(), kwargs=kwargs, argsrepr="()", kwargsrepr=repr(kwargs)
+    )
+    message = build_task_message(relay_message())
+
+    expected = {name: value for name, value in headers.items() if name not in DEFAULT_VALUED_HEADERS}
+    expected.update(origin=message.application_headers["origin"], traceparent=TRACEPARENT)
+    expected[CREATED_AT_HEADER] = relay_message().created_at.timestamp()
+    assert message.application_headers == expected
+    assert {name: message.properties[name] for name in properties} == properties
+    assert message.properties["message_id"] == TRANSACTION_ID
+    assert (message.content_type, message.content_encoding) == ("application/json", "utf-8")
+    assert json.loads(message.body) == json.loads(json.dumps(body))

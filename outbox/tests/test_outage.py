@@ -164,3 +164,30 @@ def test_release_claim_gives_rows_back_without_charging_an_attempt(make_rows):
     again = claim_due(limit=10)
     assert sorted(m.id for m in again.messages) == ids
     assert {m.attempts for m in again.messages} == {0}
+
+
+def test_relay_loop_heals_a_database_connection_killed_between_drains_without_an_outage(
+    make_rows, credits_queue, caplog
+):
+    # The loop checks its connection at most once a second (no ping per drain): a connection the server dropped
+    # while the loop waited fails the next claim, which is checked and run again at once, nothing published twice.
+    first = make_rows(3)
+    stop = threading.Event()
+    loop = threading.Thread(target=run_relay_loop, kwargs={"stop": stop, "idle_seconds": 0.2})
+    caplog.set_level(logging.WARNING, logger="outbox.loop")
+    loop.start()
+    try:
+        assert wait_until(lambda: credits_queue.count() == 3, timeout=10)
+        with connections["default"].cursor() as cursor:
+            cursor.execute(
+                "SELECT id FROM information_schema.processlist WHERE db = DATABASE() AND id != CONNECTION_ID()"
+            )
+            for (thread_id,) in cursor.fetchall():
+                cursor.execute(f"KILL CONNECTION {int(thread_id)}")
+        second = make_rows(3)
+        assert wait_until(lambda: credits_queue.count() == 6, timeout=10)
+    finally:
+        stop.set()
+        loop.join(timeout=30)
+    assert sorted(credits_queue.ids()) == sorted(first + second)
+    assert not [r.getMessage() for r in caplog.records if "unreachable" in r.getMessage()]

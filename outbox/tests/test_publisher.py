@@ -60,3 +60,25 @@ def test_connecting_fails_loudly_when_py_amqp_keeps_its_capabilities_elsewhere(p
     ):
         publisher.connect()
     assert not publisher.connected
+
+
+def test_the_publisher_writes_a_batch_to_the_socket_at_once(credits_queue, publisher):
+    publisher.connect()
+    transport = publisher._conn.connection.transport
+    # TCPTransport writes every frame through its _write (the socket's sendall), where the publisher collects them.
+    assert transport._write == transport.sock.sendall
+    with mock.patch.object(transport, "_write", wraps=transport._write) as write:
+        result = publisher.publish(claimed(5))
+    assert len(result.confirmed) == 5 and result.broker_error is None, result
+    assert write.call_count == 1
+    assert credits_queue.wait_for(5) == 5
+
+
+def test_a_batch_whose_write_fails_fails_every_message_and_reconnects_for_the_next(credits_queue, publisher):
+    publisher.connect()
+    transport = publisher._conn.connection.transport
+    with mock.patch.object(transport, "_write", side_effect=ConnectionResetError("reset while writing")):
+        result = publisher.publish(messages := claimed(3))
+    assert set(result.failed) == {m.id for m in messages} and isinstance(result.broker_error, ConnectionResetError)
+    assert not publisher.connected
+    assert len(publisher.publish(claimed(2)).confirmed) == 2
