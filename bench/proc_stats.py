@@ -14,6 +14,8 @@ from pathlib import Path
 
 import MySQLdb
 
+from bench.common import listener_pid
+
 CLOCK_TICKS = 100  # USER_HZ on Linux; os.sysconf("SC_CLK_TCK") says the same on every kernel this runs on
 SAMPLE_SECONDS = 0.25
 # Short enough to see most of a JDBC partition's connection (each task opens its own), cheap: one PROCESSLIST query.
@@ -60,16 +62,20 @@ def command_line(pid: int) -> str:
         return ""
 
 
-def server_pid() -> int | None:
-    """Return the pid of the MariaDB/MySQL server on this machine, or None when it runs elsewhere."""
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if entry.joinpath("comm").read_text().strip() in SERVER_NAMES:
-                    return int(entry.name)
-            except OSError:
-                continue
-    return None
+def server_pid(connection: MySQLdb.Connection) -> int | None:
+    """Return the pid of the MariaDB/MySQL server behind `connection`, or None when it is not a process of this machine.
+
+    The server is found by the port it says it serves, not by name: tests start other mariadbd processes on free
+    ports, and the first one in /proc need not be the one we talk to.
+    """
+    cursor = connection.cursor()
+    cursor.execute("SELECT @@port")
+    (port,) = cursor.fetchone()
+    pid = listener_pid(int(port))
+    try:
+        return pid if pid is not None and Path(f"/proc/{pid}/comm").read_text().strip() in SERVER_NAMES else None
+    except OSError:
+        return None
 
 
 def process_cpu_seconds(pid: int | None) -> float | None:
@@ -149,15 +155,19 @@ class ServerThreads:
     """Count the database server's CPU spent on the connections to some schemas, polled until stopped.
 
     A thread seen serving one of the schemas counts from the start (every server thread's time is read then; a
-    thread started later counts from zero) to when it was last seen: a short query between two polls is missed, and
-    a pooled thread's work for another client in the same window would be counted. None when the server is not a
-    process of this machine.
+    thread started later counts from zero) to when it was last seen, a last poll following the stop: a connection
+    opened and closed between two polls is missed, and a pooled thread's work for another client in the same window
+    would be counted. None when the server is not a process of this machine.
     """
 
     def __init__(self, connect: Callable[[], MySQLdb.Connection], schemas: Iterable[str]) -> None:
         self._connect = connect
         self._schemas = tuple(schemas)
-        self._pid = server_pid()
+        probe = connect()
+        try:
+            self._pid = server_pid(probe)
+        finally:
+            probe.close()
         self._threads: dict[int, list[float]] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -195,14 +205,17 @@ class ServerThreads:
             placeholders = ", ".join(["%s"] * len(self._schemas))
             query = f"SELECT TID FROM information_schema.PROCESSLIST WHERE DB IN ({placeholders})"  # noqa: S608
             while True:
+                # One more poll after the stop, so work finished since the last poll still counts.
+                stopping = self._stop.is_set()
                 cursor.execute(query, self._schemas)
                 for (tid,) in cursor.fetchall():
                     stat = _stat_fields(Path(f"/proc/{self._pid}/task/{tid}/stat"))
                     if stat is not None:
                         seconds = cpu_seconds(stat)
                         self._threads.setdefault(tid, [self._start.get(tid, 0.0), seconds])[1] = seconds
-                if self._stop.wait(SERVER_SAMPLE_SECONDS):
+                if stopping:
                     break
+                self._stop.wait(SERVER_SAMPLE_SECONDS)
         finally:
             connection.close()
 

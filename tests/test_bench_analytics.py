@@ -9,10 +9,13 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
+from bench import proc_stats
 from bench.analytics_baseline import sql_baseline
-from bench.proc_stats import ServerThreads, TreeSampler, gc_log_peaks
+from bench.proc_stats import ServerThreads, TreeSampler, gc_log_peaks, server_pid
 from demo.plant import plant_inconsistencies
 from demo.seed import seed_demo_data
+from testkit.mariadb_server import MariaDBServer
+from testkit.processes import free_port
 
 DAY = timezone.now().date() - timedelta(days=1)
 
@@ -56,13 +59,39 @@ def test_the_sampler_counts_a_childs_cpu_and_peak_memory():
 
 
 @pytest.mark.django_db(transaction=True)
-def test_server_threads_count_the_cpu_of_queries_on_our_schema():
+def test_server_threads_count_the_cpu_of_queries_on_our_schema(monkeypatch):
+    # Polls far apart: the query runs after the first poll and ends before a second, so only the poll taken at the
+    # stop sees its CPU.
+    monkeypatch.setattr(proc_stats, "SERVER_SAMPLE_SECONDS", 60.0)
     params = connections["default"].get_connection_params()
+    connections["default"].ensure_connection()
     with (
         ServerThreads(lambda: MySQLdb.connect(**params), [params["database"]]) as server,
         connections["default"].cursor() as cursor,
     ):
         cursor.execute("SELECT BENCHMARK(3000000, MD5('creditshop'))")
 
-    assert server.cpu_seconds is not None and server.cpu_seconds > 0
+    assert server.cpu_seconds is not None and server.cpu_seconds >= 0.2
     assert server.whole_server_cpu_seconds >= server.cpu_seconds
+
+
+@pytest.mark.slow
+def test_server_threads_find_the_server_we_talk_to_among_several():
+    # Tests start other mariadbd processes; after the pid numbers wrap, one of them can come first in /proc.
+    second = MariaDBServer(port=free_port())
+    try:
+        second.install()
+        second.start()
+        second.create_database("probe")
+        params = {"host": "127.0.0.1", "port": second.port, "user": "root", "password": "", "database": "probe"}
+        connection = MySQLdb.connect(**params)
+        try:
+            assert server_pid(connection) == second.pid
+            with ServerThreads(lambda: MySQLdb.connect(**params), ["probe"]) as server:
+                connection.cursor().execute("SELECT BENCHMARK(3000000, MD5('creditshop'))")
+        finally:
+            connection.close()
+    finally:
+        second.remove()
+
+    assert server.cpu_seconds >= 0.2
