@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from testkit.harness import Backends, Cluster, Ledger, Stopped
+from testkit.harness import LATENCY_NOISE_FACTOR, Backends, Cluster, Ledger, Stopped
 
 # What each process logs once it is ready again.
 READY_LINES = {
@@ -29,6 +29,8 @@ WEB_WORKER_READY = "Worker ready (pid: "
 # How long after a process is back its restart still counts towards the latency window: requests started during the
 # restart finish within it.
 SETTLE_SECONDS = 2.0
+# The first orders of a stream load the API in each web worker: not the steady latency a restart is compared with.
+WARM_UP_SECONDS = 1.0
 
 
 @dataclass(frozen=True)
@@ -186,10 +188,24 @@ def restart_mid_nightly_run(
     return restart(cluster, "analytics", timeout=timeout, while_stopped=while_stopped)
 
 
+def steady_p99(restarts: list[Restart], ledger: Ledger) -> float:
+    """Return the order p99 before the first restart, after the warm-up; 0 when too few orders were acknowledged."""
+    with ledger.lock:
+        first = min((at for at, _ in ledger.latencies), default=math.inf)
+    began = min((item.began for item in restarts), default=-math.inf)
+    p99, count = ledger.latency_p99(since=first + WARM_UP_SECONDS, until=began)
+    return p99 if count >= 2 else 0.0
+
+
 def clean_restart_problems(restarts: list[Restart], ledger: Ledger, *, p99_limit: float) -> list[str]:
     """Return what went wrong in these restarts: a process that did not exit 0 on its own or left processes
-    behind, no order acknowledged meanwhile, an order p99 over the limit, a 5xx or a connection error."""
+    behind, no order acknowledged meanwhile, an order p99 over the limit, a 5xx or a connection error.
+
+    The limit grows to LATENCY_NOISE_FACTOR times the steady p99 before the first restart when that is larger: on a
+    machine already slow before any restart, the restart must not make orders slower than its noise.
+    """
     problems = []
+    p99_limit = max(p99_limit, LATENCY_NOISE_FACTOR * steady_p99(restarts, ledger))
     for item in restarts:
         if item.stopped.returncode not in (0, None) or item.stopped.seconds == math.inf:
             problems.append(f"{item.how}: exit {item.stopped.returncode} after {item.stopped.seconds:.1f} s")
