@@ -17,7 +17,7 @@ from django.core.management import call_command
 from django.db import connections
 
 from accounts.services import api_token_create
-from testkit.harness import Ledger, OrderStream, wait_for_credits
+from testkit.harness import LATENCY_NOISE_FACTOR, Ledger, OrderStream, wait_for_credits
 
 pytestmark = pytest.mark.slow
 
@@ -132,11 +132,16 @@ def test_the_ordered_at_migration_runs_while_orders_flow(cluster, credits_on_sec
         )
 
     assert {"ordered_at"} <= columns and "order_credits_ordered_at_idx" in indexes
-    # No order refused or failed, none slow; the credits table took every insert meanwhile, none held up.
+    # No order refused or failed, none slow; the credits table took every insert meanwhile, none held up (a lock
+    # held by the migration would hold an insert for seconds). A machine already slow before the migration is allowed
+    # its noise over the same window before.
     assert set(ledger.statuses) == {201}, dict(ledger.statuses)
     assert orders_during > 0 and inserts_during > 0
-    assert order_p99 <= P99_LIMIT_SECONDS
+    assert order_p99 <= max(P99_LIMIT_SECONDS, LATENCY_NOISE_FACTOR * order_p99_before), (order_p99, order_p99_before)
     assert awards.errors == []
-    assert insert_p99 <= P99_LIMIT_SECONDS
+    assert insert_p99 <= max(P99_LIMIT_SECONDS, LATENCY_NOISE_FACTOR * insert_p99_before), (
+        insert_p99,
+        insert_p99_before,
+    )
     result.assert_nothing_lost_or_duplicated(logs=cluster.logs("credits"))
     assert result.dead_letters == 0
