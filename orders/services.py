@@ -99,10 +99,11 @@ class OrderRows:
 def _order_rows_insert(rows: OrderRows, *, own_transaction: bool) -> int:
     """Run the order's batch and return the order's new id; in its own transaction, or in the caller's."""
     batch = order_batch(own_transaction=own_transaction, idempotency_key=rows.idempotency_key is not None)
-    with connection.cursor() as cursor:
-        results = sql.batch_execute(connection, cursor, batch, rows.parameters())
+    # On the backend's own cursor (core/sql.batch_insert_ids), as the award's: Django's cursor wrapper, its execute
+    # wrapper and a nextset() per result cost 8% of the order's batch under cProfile (2,000 orders in process).
+    keys = sql.batch_insert_ids(connection, batch, rows.parameters())
     # The order's INSERT is the batch's first statement, after START TRANSACTION in a batch of its own.
-    return results[1 if own_transaction else 0].lastrowid
+    return keys[1 if own_transaction else 0]
 
 
 def _order_rows_commit(rows: OrderRows) -> int:
