@@ -357,8 +357,21 @@ def batch_row_counts(connection, batch: str, params: Sequence[Any]) -> list[int]
     statements (an execute wrapper such as the SQL span, or the debug query log) or inside a transaction (a replay), it
     goes through Django's cursor, the results read inside the execute call, so a wrapper sees the whole batch too.
     """
+    return _batch_read(connection, batch, params, _row_counts, "rowcount")
+
+
+def batch_insert_ids(connection, batch: str, params: Sequence[Any]) -> list[int]:
+    """Run a multi-statement batch as batch_row_counts does; return the auto-increment key each statement generated
+    (0 for a statement that generated none). For batches that read no rows, on a hot path (the order request)."""
+    return [key or 0 for key in _batch_read(connection, batch, params, _insert_ids, "lastrowid")]
+
+
+def _batch_read(connection, batch: str, params: Sequence[Any], read, attribute: str) -> list[int]:
+    """Run the batch on the backend's own cursor and return `read(driver cursor)`; through Django's cursor where it
+    must be (see batch_row_counts), returning each StatementResult's `attribute`."""
     if connection.execute_wrappers or connection.queries_logged or connection.in_atomic_block:
-        return _wrapped_batch_row_counts(connection, batch, params)
+        with connection.cursor() as cursor:
+            return [getattr(result, attribute) for result in batch_execute(connection, cursor, batch, params)]
     # Otherwise on the backend's own cursor, opened the way connection.cursor() opens one (health check, connection,
     # thread check) but without Django's wrapper around it, which has nothing to do here: creating, entering and
     # closing that wrapper, and calling through it, were about a tenth of a worker's Python CPU per award (py-spy
@@ -370,7 +383,7 @@ def batch_row_counts(connection, batch: str, params: Sequence[Any]) -> list[int]
         cursor = connection.create_cursor()
         try:
             cursor.execute(batch, params)  # the backend's wrapper, which maps its integrity error codes
-            return _row_counts(cursor.cursor)
+            return read(cursor.cursor)
         finally:
             with contextlib.suppress(connection.Database.Error):  # as Django's cursor closes: the error was raised
                 cursor.close()
@@ -389,6 +402,11 @@ def _row_counts(driver_cursor) -> list[int]:
     return counts
 
 
-def _wrapped_batch_row_counts(connection, batch: str, params: list) -> list[int]:
-    with connection.cursor() as cursor:
-        return [result.rowcount for result in batch_execute(connection, cursor, batch, params)]
+def _insert_ids(driver_cursor) -> list[int]:
+    """Return the auto-increment key each statement of the batch the driver cursor just ran generated, as
+    _row_counts reads the counts."""
+    keys = [driver_cursor.lastrowid]
+    driver_connection = driver_cursor.connection
+    while driver_connection.next_result() == 0:
+        keys.append(driver_connection.insert_id())
+    return keys

@@ -6,7 +6,7 @@ from redis.commands.core import Script
 from redis.exceptions import RedisError
 from rest_framework.throttling import UserRateThrottle
 
-from core.cache import CacheDownLog
+from core.cache import CacheDownLog, shared_client
 
 logger = logging.getLogger(__name__)
 cache_down = CacheDownLog(
@@ -16,7 +16,8 @@ cache_down = CacheDownLog(
 
 # INCR, and on a window's first request EXPIRE, as one script: one round trip and one command per request. A redis-py
 # pipeline would do the same in one round trip, but building one copies the client's ~170 response callbacks: 0.1 ms
-# of a web worker's CPU per request (cProfile, bench_orders.py --profile).
+# of a web worker's CPU per request (cProfile, bench_orders.py --profile); so does building a client, hence the
+# shared one (core/cache.shared_client).
 WINDOW_COUNT_INCR = Script(
     None, b"local n = redis.call('INCR', KEYS[1]) if n == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end return n"
 )
@@ -28,7 +29,7 @@ def window_count_incr(cache, key: str, *, ttl: int) -> int:
     The count expires `ttl` seconds after the window's first request, so it never outlives its window by much.
     """
     key = cache.make_and_validate_key(key)
-    return WINDOW_COUNT_INCR(keys=[key], args=[ttl], client=cache._cache.get_client(key, write=True))
+    return WINDOW_COUNT_INCR(keys=[key], args=[ttl], client=shared_client(cache, write=True))
 
 
 class SharedCacheUserRateThrottle(UserRateThrottle):

@@ -27,6 +27,7 @@ from django.core.cache import caches
 from redis.commands.core import Script
 from redis.exceptions import RedisError
 
+from core.cache import shared_client
 from outbox.outage import OutageLog
 
 logger = logging.getLogger(__name__)
@@ -74,7 +75,7 @@ def ring(*, interval: float) -> Ring:
     """Take the wake-up gate and, if a relay loop listens, ring its bell; one round trip. Raises RedisError."""
     cache = caches["default"]
     gate, heartbeat, bell = _keys(cache)
-    client = cache._cache.get_client(gate, write=True)
+    client = shared_client(cache, write=True)
     interval_ms = max(1, round(interval * 1000)) if interval > 0 else 0
     bell_ms = round(HEARTBEAT_TTL_SECONDS * 1000)
     return Ring(RING_SCRIPT(keys=[gate, heartbeat, bell], args=[interval_ms, bell_ms], client=client))

@@ -320,3 +320,24 @@ def test_orders_take_json_only(api):
     response = api.post("/api/orders/", {"goods_name": "tea", "total": 1}, format="multipart")
 
     assert response.status_code == 415
+
+
+def test_valid_orders_share_one_input_serializer_and_a_bad_one_gets_its_own(api, monkeypatch):
+    from orders.apis import OrderListCreateApi
+
+    post(api, VALID)  # the shared serializer built
+    built = []
+    serializer_class = OrderListCreateApi.OrderInputSerializer
+    real_init = serializer_class.__init__
+
+    def init(self, *args, **kwargs):
+        built.append(kwargs.get("data"))
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(serializer_class, "__init__", init)
+    assert post(api, {"goods_name": "tea", "total": 2}).status_code == 201
+    assert built == []
+    response = post(api, {"goods_name": "", "total": 0, "user_id": 1})
+    assert response.status_code == 400
+    assert set(response.json()) == {"goods_name", "total", "user_id"}
+    assert built == [{"goods_name": "", "total": 0, "user_id": 1}]
