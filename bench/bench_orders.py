@@ -3,8 +3,10 @@
 Default: ``--rounds`` interleaved rounds of two variants, each `wrk -t2 -c8` keep-alive POSTs to
 ``/api/orders/`` under `gunicorn config.wsgi` (4 workers x 2 gthreads, DJANGO_DEBUG=false), run as deployed: the
 rate limit on (ORDERS_RATE_LIMIT, default 20/second per user; the requests rotate over ``--users`` tokens so it never
-refuses), a fresh Idempotency-Key on every POST, a dedicated relay (`manage.py relay_outbox`) and one worker
-(`celery -A config worker -Q outbox,credits`: it runs the relay wake-ups and the awards) started by the bench.
+refuses), a fresh Idempotency-Key on every POST, and the workers as docs/OPERATIONS.md deploys them, started by the
+bench: a relay loop (`manage.py relay_outbox`), an outbox worker (`celery -A config worker -Q outbox`: wake-ups while
+no loop listens, the sweeper) and one solo consumer per core (`-Q credits -P solo`, two here); "worker" is the last
+three together.
 
 - **ours**: the service as it is;
 - **plain**: the same gunicorn, settings and middleware serving bench/plain_urls.py, the endpoint written the plain
@@ -69,6 +71,7 @@ PORT = 18080
 USER_PREFIX = "bench-orders-"
 # The deployed default: the bench runs with the limit on, over enough users that it never refuses.
 RATE_LIMIT = "20/second"
+CONSUMERS = 2  # one solo consumer per core of this 2-core machine (docs/OPERATIONS.md)
 
 # Each request takes the next token of the rotation and a key no other request of any run uses.
 WRK_SCRIPT = """
@@ -276,14 +279,21 @@ class Pipeline:
         env = bench_env(ORDERS_RATE_LIMIT=RATE_LIMIT)
         self.relay_dir = code_dir
         self.relay = subprocess.Popen([sys.executable, "manage.py", "relay_outbox"], cwd=code_dir, env=env)
-        self.worker = subprocess.Popen(
-            [str(VENV_BIN / "celery"), "-A", "config", "worker", "-Q", "outbox,credits", "--loglevel=warning"],
-            cwd=code_dir,
-            env=env,
-        )
+        # The workers as deployed (docs/OPERATIONS.md): an outbox worker (wake-ups while no relay loop listens, the
+        # sweeper) and one solo consumer per core.
+        celery = [str(VENV_BIN / "celery"), "-A", "config", "worker", "--loglevel=warning"]
+        self.workers = [
+            subprocess.Popen([*celery, "-Q", "outbox", "-n", "outbox@%h"], cwd=code_dir, env=env),
+            *(
+                subprocess.Popen(
+                    [*celery, "-Q", "credits", "-P", "solo", "-n", f"credits{n}@%h"], cwd=code_dir, env=env
+                )
+                for n in range(1, CONSUMERS + 1)
+            ),
+        ]
         self.cpu = HostCpu()
         self.cpu.add("relay", self.relay.pid)
-        self.cpu.add("worker", self.worker.pid)
+        self.cpu.add("worker", *(worker.pid for worker in self.workers))
         database = settings.DATABASES["default"]
         self.cpu.add_listener("mariadbd", int(database["PORT"] or 3306))
         self.cpu.add_listener("rabbitmq", urlsplit(settings.CELERY_BROKER_URL).port or 5672)
@@ -324,7 +334,8 @@ class Pipeline:
 
     def close(self) -> None:
         stop(self.relay)
-        stop(self.worker)
+        for worker in self.workers:
+            stop(worker)
 
 
 def measure_variant(pipeline: Pipeline, name: str, tokens: list[str], args: argparse.Namespace) -> dict:
@@ -382,7 +393,7 @@ def compare_plain(tokens: list[str], args: argparse.Namespace) -> None:
     cpu_columns = " | ".join(f"{name} CPU ms/order" for name in PROCESSES)
     print(
         f"gunicorn {args.workers} workers x {args.threads} threads, wrk -t2 -c{CLIENTS} for {args.seconds:.0f}s, "
-        f"rate limit {RATE_LIMIT} per user over {len(tokens)} users, relay + worker -Q outbox,credits running"
+        f"rate limit {RATE_LIMIT} per user over {len(tokens)} users; relay, outbox worker, {CONSUMERS} solo consumers"
     )
     print(f"| round | variant | orders/s (db) | p50 ms | p99 ms | non-2xx | {cpu_columns} | idle host CPU % |")
     print("|---|---|---|---|---|---|" + "---|" * (len(PROCESSES) + 1))

@@ -214,18 +214,19 @@ class HostCpu:
     """
 
     def __init__(self):
-        self.pids: dict[str, int] = {}
+        self.pids: dict[str, tuple[int, ...]] = {}
 
-    def add(self, name: str, pid: int | None) -> None:
-        if pid is None:
+    def add(self, name: str, *pids: int | None) -> None:
+        """Charge `name` with these processes' trees from now on (in place of what it was charged with before)."""
+        if not pids or None in pids:
             raise RuntimeError(f"{name}: no such process to measure")
-        self.pids[name] = pid
+        self.pids[name] = pids
 
     def add_listener(self, name: str, port: int) -> None:
         self.add(name, listener_pid(port))
 
     def snapshot(self) -> dict[str, float]:
-        return {name: process_tree_cpu_seconds(pid) for name, pid in self.pids.items()}
+        return {name: sum(process_tree_cpu_seconds(pid) for pid in pids) for name, pids in self.pids.items()}
 
     @staticmethod
     def per_operation(before: dict[str, float], after: dict[str, float], operations: int) -> dict[str, float]:
