@@ -1,8 +1,10 @@
 """The analytics bench's own parts: the plain-SQL baseline finds exactly what was planted, and the /proc readings."""
 
+import os
 import subprocess
 import sys
 from datetime import timedelta
+from pathlib import Path
 
 import MySQLdb
 import pytest
@@ -95,3 +97,21 @@ def test_server_threads_find_the_server_we_talk_to_among_several():
         second.remove()
 
     assert server.cpu_seconds >= 0.2
+
+
+def test_skip_seed_without_a_seed_says_what_to_do():
+    env = {**os.environ, "DATABASE_URL": "mysql://root:@127.0.0.1:3306/never_seeded_orders"}
+    env["CREDITS_DATABASE_URL"] = "mysql://root:@127.0.0.1:3306/never_seeded_credits"
+
+    result = subprocess.run(
+        [sys.executable, "bench/bench_analytics.py", "--skip-seed", "--orders", "1000"],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+
+    assert result.returncode == 1
+    assert "--skip-seed: no seed of never_seeded_orders and never_seeded_credits recorded" in result.stderr
+    assert "Traceback" not in result.stderr
