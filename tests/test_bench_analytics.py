@@ -20,6 +20,7 @@ from testkit.mariadb_server import MariaDBServer
 from testkit.processes import free_port
 
 DAY = timezone.now().date() - timedelta(days=1)
+TICKS_OF_ROUNDING = 0.05
 
 
 @pytest.mark.django_db(transaction=True)
@@ -74,7 +75,9 @@ def test_server_threads_count_the_cpu_of_queries_on_our_schema(monkeypatch):
         cursor.execute("SELECT BENCHMARK(3000000, MD5('creditshop'))")
 
     assert server.cpu_seconds is not None and server.cpu_seconds >= 0.2
-    assert server.whole_server_cpu_seconds >= server.cpu_seconds
+    # The kernel keeps a process's CPU time and each thread's apart, each rounded to its clock ticks (10 ms): when
+    # the query is nearly all the server did, the two sums may differ by a few ticks either way.
+    assert server.whole_server_cpu_seconds >= server.cpu_seconds - TICKS_OF_ROUNDING
 
 
 @pytest.mark.slow
