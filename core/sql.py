@@ -357,21 +357,21 @@ def batch_row_counts(connection, batch: str, params: Sequence[Any]) -> list[int]
     statements (an execute wrapper such as the SQL span, or the debug query log) or inside a transaction (a replay), it
     goes through Django's cursor, the results read inside the execute call, so a wrapper sees the whole batch too.
     """
-    return _batch_read(connection, batch, params, _row_counts, "rowcount")
+    return [result.rowcount for result in _unread_batch(connection, batch, params)]
 
 
 def batch_insert_ids(connection, batch: str, params: Sequence[Any]) -> list[int]:
     """Run a multi-statement batch as batch_row_counts does; return the auto-increment key each statement generated
     (0 for a statement that generated none). For batches that read no rows, on a hot path (the order request)."""
-    return [key or 0 for key in _batch_read(connection, batch, params, _insert_ids, "lastrowid")]
+    return [result.lastrowid or 0 for result in _unread_batch(connection, batch, params)]
 
 
-def _batch_read(connection, batch: str, params: Sequence[Any], read, attribute: str) -> list[int]:
-    """Run the batch on the backend's own cursor and return `read(driver cursor)`; through Django's cursor where it
-    must be (see batch_row_counts), returning each StatementResult's `attribute`."""
+def _unread_batch(connection, batch: str, params: Sequence[Any]) -> list[StatementResult]:
+    """Run a batch whose statements read no rows on the backend's own cursor, and return what each reported; through
+    Django's cursor (batch_execute) where it must be (see batch_row_counts)."""
     if connection.execute_wrappers or connection.queries_logged or connection.in_atomic_block:
         with connection.cursor() as cursor:
-            return [getattr(result, attribute) for result in batch_execute(connection, cursor, batch, params)]
+            return batch_execute(connection, cursor, batch, params)
     # Otherwise on the backend's own cursor, opened the way connection.cursor() opens one (health check, connection,
     # thread check) but without Django's wrapper around it, which has nothing to do here: creating, entering and
     # closing that wrapper, and calling through it, were about a tenth of a worker's Python CPU per award (py-spy
@@ -383,30 +383,20 @@ def _batch_read(connection, batch: str, params: Sequence[Any], read, attribute: 
         cursor = connection.create_cursor()
         try:
             cursor.execute(batch, params)  # the backend's wrapper, which maps its integrity error codes
-            return read(cursor.cursor)
+            return _driver_results(cursor.cursor)
         finally:
             with contextlib.suppress(connection.Database.Error):  # as Django's cursor closes: the error was raised
                 cursor.close()
 
 
-def _row_counts(driver_cursor) -> list[int]:
-    """Return the row count of each statement of the batch the driver cursor just ran, its first result in hand.
+def _driver_results(driver_cursor) -> list[StatementResult]:
+    """Return what each statement of the batch the driver cursor just ran reported, its first result in hand.
 
     The later results are read on the driver's connection: the batch's statements return no rows, so there is no
-    result set to store, and the cursor's nextset() (storing and describing each result) costs more than its count.
+    result set to store, and the cursor's nextset() (storing and describing each result) costs more than the reads.
     """
-    counts = [driver_cursor.rowcount]
+    results = [StatementResult(driver_cursor.rowcount, driver_cursor.lastrowid)]
     driver_connection = driver_cursor.connection
     while driver_connection.next_result() == 0:  # -1: no more results; an error raises
-        counts.append(driver_connection.affected_rows())
-    return counts
-
-
-def _insert_ids(driver_cursor) -> list[int]:
-    """Return the auto-increment key each statement of the batch the driver cursor just ran generated, as
-    _row_counts reads the counts."""
-    keys = [driver_cursor.lastrowid]
-    driver_connection = driver_cursor.connection
-    while driver_connection.next_result() == 0:
-        keys.append(driver_connection.insert_id())
-    return keys
+        results.append(StatementResult(driver_connection.affected_rows(), driver_connection.insert_id()))
+    return results

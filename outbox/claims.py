@@ -74,7 +74,9 @@ def claim_due(*, limit: int, lease_seconds: float | None = None) -> Claim:
     except BaseException:
         transaction_abandon(connection)
         raise
-    return Claim(messages=[ClaimedMessage(*statements.claimed_values(row)) for row in rows], lease_until=lease_until)
+    return Claim(
+        messages=[ClaimedMessage(*values) for values in statements.claimed_values(rows)], lease_until=lease_until
+    )
 
 
 def release_claim(claim: Claim) -> int:

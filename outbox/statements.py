@@ -11,6 +11,7 @@ tests/test_hot_path_sql.py checks them against the model. What the claim reads g
 would apply (JSON, aware datetimes).
 """
 
+from collections.abc import Sequence
 from functools import cache
 
 from django.db import connections, router
@@ -89,6 +90,7 @@ def _converters() -> tuple[tuple, ...]:
     return sql.read_converters(connections[database()], fields)
 
 
-def claimed_values(row: tuple) -> list:
-    """Return a claimed row's values as the ORM would read them (the payload parsed, datetimes aware)."""
-    return sql.converted(connections[database()], _converters(), row)
+def claimed_values(rows: Sequence[tuple]) -> list[list]:
+    """Return claimed rows' values as the ORM would read them (the payload parsed, datetimes aware)."""
+    connection, converters = connections[database()], _converters()
+    return [sql.converted(connection, converters, row) for row in rows]
