@@ -12,6 +12,9 @@ three together.
 - **plain**: the same gunicorn, settings and middleware serving bench/plain_urls.py, the endpoint written the plain
   way (DRF's TokenAuthentication and UserRateThrottle, a ModelSerializer, ``Order.objects.create`` and
   ``TransactionLog.objects.create`` in one ``transaction.atomic``; no idempotency record, no wake-up);
+- **bare**: the same gunicorn, settings and middleware serving bench/bare_urls.py, ours with every framework layer it
+  can skip (one Django function view calling the service's own token look-up, throttle counter, order batch and
+  answer; no DRF): the floor of this design on this stack, not an endpoint to serve;
 - **before** (``--before-dir``): another checkout's web, with this checkout's relay and worker;
 - **before-relay** (``--before-dir``): this checkout's web and worker, the other checkout's relay (started in place
   of this one's for the run), to compare relays in one run.
@@ -342,8 +345,8 @@ def measure_variant(pipeline: Pipeline, name: str, tokens: list[str], args: argp
     """Serve one variant from a fresh gunicorn, warm it up, then measure one wrk run against the whole host."""
     name, _, overrides = name.partition(":")
     env = {"ORDERS_RATE_LIMIT": RATE_LIMIT, **dict(pair.split("=", 1) for pair in overrides.split(";") if pair)}
-    if name == "plain":
-        env.update(DJANGO_SETTINGS_MODULE="plain", PYTHONPATH=str(Path(__file__).resolve().parent))
+    if name in ("plain", "bare"):
+        env.update(DJANGO_SETTINGS_MODULE=name, PYTHONPATH=str(Path(__file__).resolve().parent))
     code_dir = Path(args.before_dir) if name == "before" else ROOT
     pipeline.use_relay(Path(args.before_dir) if name == "before-relay" else ROOT)
     gunicorn = start_gunicorn(PORT, workers=args.workers, threads=args.threads, code_dir=code_dir, **env)
@@ -383,7 +386,7 @@ PROCESSES = ("gunicorn", "mariadbd", "rabbitmq", "redis", "relay", "worker", "ho
 def compare_plain(tokens: list[str], args: argparse.Namespace) -> None:
     """Run ours and plain in interleaved rounds; print every run, then the medians and the ratios ours/plain."""
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    if unknown := [v for v in variants if v.partition(":")[0] not in ("ours", "plain", "before", "before-relay")]:
+    if unknown := [v for v in variants if v.partition(":")[0] not in ("ours", "plain", "bare", "before", "before-relay")]:
         sys.exit(f"unknown variants: {unknown}")
     if any(v.partition(":")[0] in ("before", "before-relay") for v in variants) and not args.before_dir:
         sys.exit("the before and before-relay variants need --before-dir")
@@ -431,6 +434,10 @@ def compare_plain(tokens: list[str], args: argparse.Namespace) -> None:
         print(f"orders/s ours/plain: {ours['orders_per_s'] / plain['orders_per_s']:.2f}x (target >= 1.5x)")
         for p in PROCESSES[:-1]:
             print(f"  {p} CPU per order ours/plain: {ours[p] / plain[p]:.2f}x")
+    if {"bare", "plain"} <= medians.keys():
+        bare, plain = medians["bare"], medians["plain"]
+        print(f"bare/plain (the floor of this design): host CPU {bare['host'] / plain['host']:.2f}x, "
+              f"orders/s {bare['orders_per_s'] / plain['orders_per_s']:.2f}x")
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores, shared with other work)")
     print(json.dumps(runs))
 
@@ -537,8 +544,8 @@ def main() -> None:
     parser.add_argument(
         "--variants",
         default="ours,plain",
-        help="comma-separated, in this order: ours, plain, before (the web from --before-dir) or before-relay (our"
-        " web, the relay from --before-dir), each optionally with environment overrides for its gunicorn, e.g."
+        help="comma-separated, in this order: ours, plain, bare (ours without DRF: the design's floor), before (the"
+        " web from --before-dir) or before-relay (our web, the relay from --before-dir), each optionally with environment overrides for its gunicorn, e.g."
         " 'ours:API_TOKEN_CACHE_SECONDS=0;ORDERS_RATE_LIMIT=none'",
     )
     parser.add_argument(
