@@ -375,7 +375,7 @@ def _unread_batch(connection, batch: str, params: Sequence[Any]) -> list[Stateme
     # Otherwise on the backend's own cursor, opened the way connection.cursor() opens one (health check, connection,
     # thread check) but without Django's wrapper around it, which has nothing to do here: creating, entering and
     # closing that wrapper, and calling through it, were about a tenth of a worker's Python CPU per award (py-spy
-    # --gil, bench_credits.py's backlog; docs/PERFORMANCE.md, "the award's cursor").
+    # --gil, bench_credits.py's backlog; docs/PERFORMANCE_LOG.md, "the award's cursor").
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     connection.validate_thread_sharing()
