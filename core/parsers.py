@@ -48,6 +48,21 @@ def json_depth(data: object) -> int:
     return deepest
 
 
+def strict_loads(text: str) -> object:
+    """Parse JSON `text` as JSONParser does; raise ParseError (a 400) for anything it refuses."""
+    try:
+        data = json.loads(
+            text, parse_constant=_reject_constant, parse_float=_finite_float, object_pairs_hook=_unique_keys
+        )
+    except RecursionError:
+        raise ParseError(f"JSON parse error - nested deeper than {MAX_JSON_DEPTH} levels") from None
+    except ValueError as exc:
+        raise ParseError(f"JSON parse error - {str(exc)[:200]}") from None
+    if json_depth(data) > MAX_JSON_DEPTH:
+        raise ParseError(f"JSON parse error - nested deeper than {MAX_JSON_DEPTH} levels")
+    return data
+
+
 class JSONParser(parsers.JSONParser):
     """DRF's JSON parser, refusing with 400: duplicate keys, numbers out of float range, NaN and Infinity,
     nesting deeper than MAX_JSON_DEPTH (the standard decoder recurses, and a deep enough body overflows it)."""
@@ -55,16 +70,7 @@ class JSONParser(parsers.JSONParser):
     def parse(self, stream, media_type=None, parser_context=None):
         encoding = parsers.get_encoding(parser_context or {})
         try:
-            data = json.load(
-                codecs.getreader(encoding)(stream),
-                parse_constant=_reject_constant,
-                parse_float=_finite_float,
-                object_pairs_hook=_unique_keys,
-            )
-        except RecursionError:
-            raise ParseError(f"JSON parse error - nested deeper than {MAX_JSON_DEPTH} levels") from None
-        except ValueError as exc:
+            text = codecs.getreader(encoding)(stream).read()
+        except ValueError as exc:  # UnicodeDecodeError
             raise ParseError(f"JSON parse error - {str(exc)[:200]}") from None
-        if json_depth(data) > MAX_JSON_DEPTH:
-            raise ParseError(f"JSON parse error - nested deeper than {MAX_JSON_DEPTH} levels")
-        return data
+        return strict_loads(text)

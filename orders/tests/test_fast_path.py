@@ -1,0 +1,241 @@
+"""The order creation's fast path (orders.apis.order_create_fast): the DRF view's answer, header for header.
+
+Each request is answered twice, once with the fast path and once with it turned off (the DRF view alone), on the
+same database state, and the two answers must be equal but for what differs between any two orders (id,
+transaction id, creation time). Requests the fast path does not take must leave it with nothing counted or written.
+"""
+
+import json
+from datetime import timedelta
+
+import pytest
+from django.db import OperationalError
+from django.test import Client
+from django.utils import timezone
+from rest_framework.views import APIView
+
+from accounts.authentication import TokenAuthentication
+from accounts.models import ApiToken
+from accounts.services import api_token_create
+from orders import apis, services
+from orders.models import IdempotencyKey, Order
+
+pytestmark = pytest.mark.django_db
+
+URL = "/api/orders/"
+VALID = {"goods_name": "book", "total": 3}
+VARYING = {"id", "transaction_id", "created_at"}
+
+
+@pytest.fixture
+def key(user):
+    return api_token_create(user=user)[1]
+
+
+@pytest.fixture
+def slow_only(monkeypatch):
+    """Turn the fast path off: every request goes to the DRF view."""
+    monkeypatch.setattr(apis, "order_create_fast", lambda request: None)
+
+
+def send(key, body=VALID, *, content_type="application/json", **headers):
+    raw = body if isinstance(body, (str, bytes)) else json.dumps(body)
+    return Client().post(URL, raw, content_type=content_type, HTTP_AUTHORIZATION=f"Token {key}", **headers)
+
+
+def answer(response) -> tuple:
+    """Return what a client sees of `response`, less what differs between two orders."""
+    body = response.json()
+    if isinstance(body, dict):
+        body = {name: (type(value).__name__ if name in VARYING else value) for name, value in body.items()}
+    headers = {name: value for name, value in response.headers.items() if name != "Content-Length"}
+    return response.status_code, headers, body
+
+
+def both(monkeypatch, request_once) -> tuple:
+    """Return the answers to `request_once()` with the fast path and then without it."""
+    fast = request_once()
+    monkeypatch.setattr(apis, "order_create_fast", lambda request: None)
+    slow = request_once()
+    monkeypatch.undo()
+    return fast, slow
+
+
+def test_a_new_order_is_answered_as_the_drf_view_answers_it(monkeypatch, key):
+    fast, slow = both(monkeypatch, lambda: send(key))
+
+    assert fast.status_code == 201
+    assert answer(fast) == answer(slow)
+    assert Order.objects.count() == 2
+
+
+@pytest.mark.parametrize("accept", [None, "*/*", "application/json"])
+def test_the_common_accept_headers_are_answered_alike(monkeypatch, key, accept):
+    headers = {} if accept is None else {"HTTP_ACCEPT": accept}
+    keys = iter(["a", "b"])
+
+    fast, slow = both(monkeypatch, lambda: send(key, HTTP_IDEMPOTENCY_KEY=next(keys), **headers))
+
+    assert answer(fast) == answer(slow)
+
+
+def test_a_replay_and_a_reused_key_are_answered_alike(monkeypatch, key):
+    first = send(key, HTTP_IDEMPOTENCY_KEY="k")
+
+    replays = both(monkeypatch, lambda: send(key, HTTP_IDEMPOTENCY_KEY="k"))
+    reuses = both(monkeypatch, lambda: send(key, {"goods_name": "book", "total": 4}, HTTP_IDEMPOTENCY_KEY="k"))
+
+    assert replays[0].headers["Idempotent-Replayed"] == "true"
+    assert replays[0].json()["id"] == replays[1].json()["id"] == first.json()["id"]
+    assert answer(replays[0]) == answer(replays[1])
+    assert reuses[0].status_code == 422
+    assert answer(reuses[0]) == answer(reuses[1])
+    assert Order.objects.count() == 1
+
+
+def test_the_throttle_counts_each_request_once_whichever_path_answers(monkeypatch, key, settings):
+    settings.ORDERS_RATE_LIMIT = "4/minute"
+    statuses = [send(key).status_code, send(key, {"total": 3}).status_code]
+    monkeypatch.setattr(apis, "order_create_fast", lambda request: None)
+    statuses.append(send(key).status_code)
+    monkeypatch.undo()
+    statuses += [send(key).status_code, send(key).status_code]
+
+    assert statuses == [201, 400, 201, 201, 429]
+    assert Order.objects.count() == 3
+
+
+def test_a_throttled_order_is_answered_alike(monkeypatch, key, settings):
+    settings.ORDERS_RATE_LIMIT = "1/minute"
+    send(key)
+
+    fast, slow = both(monkeypatch, lambda: send(key))
+
+    assert fast.status_code == 429
+    assert answer(fast) == answer(slow)
+    assert Order.objects.count() == 1
+
+
+def test_a_database_outage_is_answered_alike(monkeypatch, key):
+    def database_down(**kwargs):
+        raise OperationalError(2013, "Lost connection to server during query")
+
+    monkeypatch.setattr(services, "order_create", database_down)
+    fast = send(key)
+    monkeypatch.setattr(apis, "order_create_fast", lambda request: None)
+    slow = send(key)
+
+    assert fast.status_code == 503
+    assert answer(fast) == answer(slow)
+
+
+def test_a_database_outage_while_authenticating_is_answered_alike(monkeypatch, key):
+    def database_down(self, key):
+        raise OperationalError(2006, "Server has gone away")
+
+    monkeypatch.setattr(TokenAuthentication, "authenticate_credentials", database_down)
+    fast = send(key)
+    monkeypatch.setattr(apis, "order_create_fast", lambda request: None)
+    slow = send(key)
+
+    assert fast.status_code == 503
+    assert answer(fast) == answer(slow)
+
+
+def test_an_unexpected_error_is_raised_as_the_drf_view_raises_it(monkeypatch, key):
+    def broken(**kwargs):
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(services, "order_create", broken)
+    client = Client(raise_request_exception=True)
+
+    with pytest.raises(RuntimeError, match="a bug"):
+        client.post(URL, json.dumps(VALID), content_type="application/json", HTTP_AUTHORIZATION=f"Token {key}")
+
+
+def test_the_common_order_does_not_reach_drf(monkeypatch, key):
+    """Fails if the fast path stops taking the common request (it would still pass every other test)."""
+
+    def no_drf(*args, **kwargs):
+        raise AssertionError("the DRF view ran")
+
+    monkeypatch.setattr(APIView, "dispatch", no_drf)
+
+    assert send(key, HTTP_IDEMPOTENCY_KEY="k").status_code == 201
+
+
+def expired(user):
+    token, key = api_token_create(user=user, name="old")
+    ApiToken.objects.filter(pk=token.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
+    return key
+
+
+@pytest.mark.parametrize(
+    ("case", "request_kwargs"),
+    [
+        ("form body", {"body": "goods_name=book&total=3", "content_type": "application/x-www-form-urlencoded"}),
+        ("charset parameter", {"content_type": "application/json; charset=utf-8"}),
+        ("html accepted", {"HTTP_ACCEPT": "text/html"}),
+        ("query string", {"QUERY_STRING": "format=json"}),
+        ("not JSON", {"body": "{goods_name: book}"}),
+        ("not UTF-8", {"body": b'{"goods_name": "\xff", "total": 3}'}),
+        ("duplicate key", {"body": '{"goods_name": "a", "goods_name": "b", "total": 3}'}),
+        ("a list", {"body": [VALID]}),
+        ("missing field", {"body": {"goods_name": "book"}}),
+        ("unknown field", {"body": {**VALID, "user_id": 1}}),
+        ("blank name", {"body": {"goods_name": "  ", "total": 3}}),
+        ("unprintable name", {"body": {"goods_name": "a\u200bb", "total": 3}}),
+        ("total as text", {"body": {"goods_name": "book", "total": "3"}}),
+        ("total as bool", {"body": {"goods_name": "book", "total": True}}),
+        ("total too large", {"body": {"goods_name": "book", "total": 10_001}}),
+        ("idempotency key too long", {"HTTP_IDEMPOTENCY_KEY": "k" * 256}),
+        ("idempotency key empty", {"HTTP_IDEMPOTENCY_KEY": ""}),
+    ],
+)
+def test_other_requests_go_to_the_drf_view_with_nothing_counted_or_written(
+    monkeypatch, settings, key, case, request_kwargs
+):
+    # One request a minute: had the fast path counted the request before handing it over, DRF's count would refuse it.
+    settings.ORDERS_RATE_LIMIT = "1/minute"
+    seen = []
+    fast = apis.order_create_fast
+    monkeypatch.setattr(apis, "order_create_fast", lambda request: seen.append(fast(request)))
+    kwargs = dict(request_kwargs)
+    body = kwargs.pop("body", VALID)
+
+    response = send(key, body, **kwargs)
+
+    assert seen == [None], case
+    assert response.status_code != 429, case
+    assert response.status_code != 201 or case in ("charset parameter", "html accepted", "query string"), case
+    assert Order.objects.count() == (1 if response.status_code == 201 else 0), case
+    assert IdempotencyKey.objects.count() == 0, case
+
+
+@pytest.mark.parametrize("authorization", ["", "Bearer {key}", "token {key}", "Token  {key}", "Token", "Token nope"])
+def test_other_credentials_go_to_the_drf_view(monkeypatch, key, authorization):
+    seen = []
+    fast = apis.order_create_fast
+    monkeypatch.setattr(apis, "order_create_fast", lambda request: seen.append(fast(request)))
+
+    Client().post(
+        URL, json.dumps(VALID), content_type="application/json", HTTP_AUTHORIZATION=authorization.format(key=key)
+    )
+
+    assert seen == [None]
+
+
+def test_an_expired_token_and_an_inactive_user_go_to_the_drf_view(monkeypatch, user, make_user):
+    inactive = make_user("carol")
+    inactive_key = api_token_create(user=inactive)[1]
+    inactive.is_active = False
+    inactive.save()
+    seen = []
+    fast = apis.order_create_fast
+    monkeypatch.setattr(apis, "order_create_fast", lambda request: seen.append(fast(request)))
+
+    statuses = [send(expired(user)).status_code, send(inactive_key).status_code]
+
+    assert seen == [None, None]
+    assert statuses == [401, 401]
+    assert Order.objects.count() == 0
