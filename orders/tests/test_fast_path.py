@@ -12,6 +12,9 @@ import pytest
 from django.db import OperationalError
 from django.test import Client
 from django.utils import timezone
+from hypothesis import given
+from hypothesis import settings as hypothesis_settings
+from hypothesis import strategies as st
 from rest_framework.views import APIView
 
 from accounts.authentication import TokenAuthentication
@@ -239,3 +242,35 @@ def test_an_expired_token_and_an_inactive_user_go_to_the_drf_view(monkeypatch, u
     assert seen == [None, None]
     assert statuses == [401, 401]
     assert Order.objects.count() == 0
+
+
+NAMES = st.one_of(
+    st.text(alphabet=st.characters(min_codepoint=0, max_codepoint=0x7F), max_size=260),
+    st.text(max_size=260),
+    st.sampled_from(["book", " book", "book ", "a" * 255, "a" * 256, "", "b\x00", "x\ty", "ok name"]),
+)
+TOTALS = st.one_of(st.integers(-5, 10_005), st.booleans(), st.floats(), st.text(max_size=3), st.none())
+
+
+@hypothesis_settings(max_examples=500, deadline=None)
+@given(st.fixed_dictionaries({"goods_name": NAMES, "total": TOTALS}))
+def test_plain_order_fields_are_what_the_serializer_makes_of_them(body):
+    serializer = apis.OrderListCreateApi.OrderInputSerializer(data=body)
+    plain = apis.plain_order_fields(apis.OrderListCreateApi.OrderInputSerializer, body)
+
+    if plain is not None:
+        assert serializer.is_valid(), serializer.errors
+        assert plain == dict(serializer.validated_data)
+
+
+@pytest.mark.parametrize("body", [VALID, {"goods_name": "bench item", "total": 10_000}, {"goods_name": "A", "total": 1}])
+def test_common_bodies_are_plain(body):
+    assert apis.plain_order_fields(apis.OrderListCreateApi.OrderInputSerializer, body) == body
+
+
+@pytest.mark.parametrize(
+    "body",
+    [{**VALID, "extra": 1}, {"goods_name": "café", "total": 3}, {"goods_name": " book", "total": 3}, [VALID], "x"],
+)
+def test_other_bodies_go_to_the_serializer(body):
+    assert apis.plain_order_fields(apis.OrderListCreateApi.OrderInputSerializer, body) is None
