@@ -29,8 +29,8 @@ from rest_framework.throttling import SimpleRateThrottle
 from accounts.authentication import token_by_key
 from config.urls import urlpatterns as service_urlpatterns
 from core.throttling import window_count_incr
-from orders.apis import IDEMPOTENCY_META_KEY, order_data
 from orders import selectors
+from orders.apis import IDEMPOTENCY_META_KEY, order_data
 from orders.services import IdempotencyKeyReused, order_create
 
 
@@ -63,7 +63,7 @@ def bare_order_create(request):
         goods_name, total = body["goods_name"], body["total"]
     except (ValueError, TypeError, KeyError):
         return _refused(400, "A JSON object with goods_name and total is required.")
-    if not (isinstance(goods_name, str) and 1 <= len(goods_name) <= 255 and type(total) is int and 1 <= total):
+    if not (isinstance(goods_name, str) and 1 <= len(goods_name) <= 255 and type(total) is int and total >= 1):
         return _refused(400, "goods_name must be 1 to 255 characters, total a positive integer.")
     try:
         placement = order_create(

@@ -386,7 +386,9 @@ PROCESSES = ("gunicorn", "mariadbd", "rabbitmq", "redis", "relay", "worker", "ho
 def compare_plain(tokens: list[str], args: argparse.Namespace) -> None:
     """Run ours and plain in interleaved rounds; print every run, then the medians and the ratios ours/plain."""
     variants = [v.strip() for v in args.variants.split(",") if v.strip()]
-    if unknown := [v for v in variants if v.partition(":")[0] not in ("ours", "plain", "bare", "before", "before-relay")]:
+    if unknown := [
+        v for v in variants if v.partition(":")[0] not in ("ours", "plain", "bare", "before", "before-relay")
+    ]:
         sys.exit(f"unknown variants: {unknown}")
     if any(v.partition(":")[0] in ("before", "before-relay") for v in variants) and not args.before_dir:
         sys.exit("the before and before-relay variants need --before-dir")
@@ -436,8 +438,10 @@ def compare_plain(tokens: list[str], args: argparse.Namespace) -> None:
             print(f"  {p} CPU per order ours/plain: {ours[p] / plain[p]:.2f}x")
     if {"bare", "plain"} <= medians.keys():
         bare, plain = medians["bare"], medians["plain"]
-        print(f"bare/plain (the floor of this design): host CPU {bare['host'] / plain['host']:.2f}x, "
-              f"orders/s {bare['orders_per_s'] / plain['orders_per_s']:.2f}x")
+        print(
+            f"bare/plain (the floor of this design): host CPU {bare['host'] / plain['host']:.2f}x, "
+            f"orders/s {bare['orders_per_s'] / plain['orders_per_s']:.2f}x"
+        )
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores, shared with other work)")
     print(json.dumps(runs))
 
@@ -545,8 +549,8 @@ def main() -> None:
         "--variants",
         default="ours,plain",
         help="comma-separated, in this order: ours, plain, bare (ours without DRF: the design's floor), before (the"
-        " web from --before-dir) or before-relay (our web, the relay from --before-dir), each optionally with environment overrides for its gunicorn, e.g."
-        " 'ours:API_TOKEN_CACHE_SECONDS=0;ORDERS_RATE_LIMIT=none'",
+        " web from --before-dir) or before-relay (our web, the relay from --before-dir), each optionally with"
+        " environment overrides for its gunicorn, e.g. 'ours:API_TOKEN_CACHE_SECONDS=0;ORDERS_RATE_LIMIT=none'",
     )
     parser.add_argument(
         "--before-dir", default=None, help="another checkout: the before variant's web, the before-relay one's relay"

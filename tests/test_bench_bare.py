@@ -23,8 +23,9 @@ def _bare_urls():
 
 
 def post(client, key, body, **headers):
-    return client.post("/api/orders/", json.dumps(body), content_type="application/json",
-                       HTTP_AUTHORIZATION=f"Token {key}", **headers)
+    return client.post(
+        "/api/orders/", json.dumps(body), content_type="application/json", HTTP_AUTHORIZATION=f"Token {key}", **headers
+    )
 
 
 @pytest.fixture

@@ -35,12 +35,6 @@ def key(user):
     return api_token_create(user=user)[1]
 
 
-@pytest.fixture
-def slow_only(monkeypatch):
-    """Turn the fast path off: every request goes to the DRF view."""
-    monkeypatch.setattr(apis, "order_create_fast", lambda request: None)
-
-
 def send(key, body=VALID, *, content_type="application/json", **headers):
     raw = body if isinstance(body, (str, bytes)) else json.dumps(body)
     return Client().post(URL, raw, content_type=content_type, HTTP_AUTHORIZATION=f"Token {key}", **headers)
@@ -119,24 +113,14 @@ def test_a_throttled_order_is_answered_alike(monkeypatch, key, settings):
     assert Order.objects.count() == 1
 
 
-def test_a_database_outage_is_answered_alike(monkeypatch, key):
-    def database_down(**kwargs):
+@pytest.mark.parametrize(
+    "failing", [(TokenAuthentication, "authenticate_credentials"), (services, "order_create")], ids=["token", "order"]
+)
+def test_a_database_outage_is_answered_alike(monkeypatch, key, failing):
+    def database_down(*args, **kwargs):
         raise OperationalError(2013, "Lost connection to server during query")
 
-    monkeypatch.setattr(services, "order_create", database_down)
-    fast = send(key)
-    monkeypatch.setattr(apis, "order_create_fast", lambda request: None)
-    slow = send(key)
-
-    assert fast.status_code == 503
-    assert answer(fast) == answer(slow)
-
-
-def test_a_database_outage_while_authenticating_is_answered_alike(monkeypatch, key):
-    def database_down(self, key):
-        raise OperationalError(2006, "Server has gone away")
-
-    monkeypatch.setattr(TokenAuthentication, "authenticate_credentials", database_down)
+    monkeypatch.setattr(*failing, database_down)
     fast = send(key)
     monkeypatch.setattr(apis, "order_create_fast", lambda request: None)
     slow = send(key)
@@ -263,7 +247,9 @@ def test_plain_order_fields_are_what_the_serializer_makes_of_them(body):
         assert plain == dict(serializer.validated_data)
 
 
-@pytest.mark.parametrize("body", [VALID, {"goods_name": "bench item", "total": 10_000}, {"goods_name": "A", "total": 1}])
+@pytest.mark.parametrize(
+    "body", [VALID, {"goods_name": "bench item", "total": 10_000}, {"goods_name": "A", "total": 1}]
+)
 def test_common_bodies_are_plain(body):
     assert apis.plain_order_fields(apis.OrderListCreateApi.OrderInputSerializer, body) == body
 
