@@ -41,6 +41,7 @@ a sink in this process), interleaved; every run is printed, with gunicorn's CPU 
 """
 
 import argparse
+import collections
 import json
 import os
 import re
@@ -111,6 +112,18 @@ def run_wrk(tokens: list[str], duration: float) -> str:
         return subprocess.run(command, check=True, capture_output=True, text=True).stdout
     finally:
         os.unlink(script.name)
+
+
+def connections_per_worker(port: int) -> list[int]:
+    """Return how many established connections to `port` each process holds, most first (from `ss -tnp`).
+
+    gunicorn's gthread workers keep a keep-alive connection where it was accepted, and one worker may accept nearly
+    all of wrk's connections: then the web is one process (docs/PERFORMANCE.md, "Order creation").
+    """
+    listing = subprocess.run(
+        ["ss", "-tnpH", "state", "established", f"( sport = :{port} )"], capture_output=True, text=True, check=False
+    ).stdout
+    return sorted(collections.Counter(re.findall(r"pid=(\d+)", listing)).values(), reverse=True)
 
 
 def measure_ceiling(seconds: float, user_id: int) -> dict:
@@ -360,7 +373,13 @@ def measure_variant(pipeline: Pipeline, name: str, tokens: list[str], args: argp
         idle = HostCpu.per_operation(idle_before, before, 1)  # CPU ms spent over the idle window
         orders_before = pipeline.counts()[0]
         wall = time.monotonic()
+        placement: list[list[int]] = []
+        count_connections = threading.Timer(
+            min(2.0, args.seconds / 2), lambda: placement.append(connections_per_worker(PORT))
+        )
+        count_connections.start()
         result = parse_wrk(run_wrk(tokens, args.seconds), args.seconds)
+        count_connections.join()
         wall = time.monotonic() - wall
         after = pipeline.cpu.snapshot()
         orders = pipeline.counts()[0] - orders_before
@@ -375,6 +394,7 @@ def measure_variant(pipeline: Pipeline, name: str, tokens: list[str], args: argp
         settled=settled,
         cpu_ms_per_order=HostCpu.per_operation(before, after, orders),
         idle_cpu_percent={k: v / 10 / IDLE_SECONDS for k, v in idle.items()},
+        connections_per_worker=placement[0] if placement else [],
     )
     return result
 
@@ -400,8 +420,11 @@ def compare_plain(tokens: list[str], args: argparse.Namespace) -> None:
         f"gunicorn {args.workers} workers x {args.threads} threads, wrk -t2 -c{CLIENTS} for {args.seconds:.0f}s, "
         f"rate limit {RATE_LIMIT} per user over {len(tokens)} users; relay, outbox worker, {CONSUMERS} solo consumers"
     )
-    print(f"| round | variant | orders/s (db) | p50 ms | p99 ms | non-2xx | {cpu_columns} | idle host CPU % |")
-    print("|---|---|---|---|---|---|" + "---|" * (len(PROCESSES) + 1))
+    print(
+        f"| round | variant | orders/s (db) | p50 ms | p99 ms | non-2xx | {cpu_columns} | idle host CPU % "
+        "| connections per gunicorn worker |"
+    )
+    print("|---|---|---|---|---|---|" + "---|" * (len(PROCESSES) + 2))
     try:
         for round_number in range(1, args.rounds + 1):
             for name in variants:
@@ -411,7 +434,8 @@ def compare_plain(tokens: list[str], args: argparse.Namespace) -> None:
                 print(
                     f"| {round_number} | {name} | {result['orders_per_s_db']:.0f} | {result['p50_ms']:.2f} | "
                     f"{result['p99_ms']:.2f} | {result['non_2xx']} | {costs} | "
-                    f"{result['idle_cpu_percent']['host']:.0f} |" + ("" if result["settled"] else " (did not settle)"),
+                    f"{result['idle_cpu_percent']['host']:.0f} | {result['connections_per_worker']} |"
+                    + ("" if result["settled"] else " (did not settle)"),
                     flush=True,
                 )
     finally:
