@@ -119,8 +119,8 @@ def plain_order_fields(serializer_class: type[serializers.Serializer], data) -> 
     """Return what `serializer_class` validates `data` to when that is plain to see, else None (run the serializer).
 
     Plain: exactly goods_name and total, the name PLAIN_TEXT within the field's lengths, the total a JSON integer
-    within its bounds. The serializer returns such values unchanged (orders/tests/test_apis.py checks the two agree
-    on generated bodies), for a fifth of the validation's CPU per order (cProfile, 2026-11-27).
+    within its bounds. The serializer returns such values unchanged (orders/tests/test_fast_path.py checks the two
+    agree on generated bodies), at a small part of the serializer's CPU (docs/PERFORMANCE.md, "Order creation").
     """
     if type(data) is not dict or data.keys() != ORDER_FIELDS:
         return None
@@ -290,13 +290,12 @@ def order_create_fast(request) -> Response | None:
 
     The common request: POST, Content-Type exactly application/json, no query string, Accept absent, */* or
     application/json, ``Authorization: Token <key>`` that the view's first authenticator (a TokenAuthentication)
-    accepts, an Idempotency-Key of 1 to 255
-    characters or none, and a JSON object of exactly goods_name and total that OrderInputSerializer accepts. For it
-    DRF's answer is known before it runs: the first renderer (JSON), the token's user, IsAuthenticated passed, then
-    the throttle, the service and the 201 (or the error the exception handler makes of what they raise). This runs
-    those same steps, with the same functions, and answers with a Response finalized as the view finalizes one. It
-    skips about 0.3 ms of a loaded web worker's CPU per order (DRF's request wrapper, negotiation, parser selection,
-    dispatch; docs/PERFORMANCE.md, "Order creation").
+    accepts, an Idempotency-Key of 1 to 255 characters or none, and a JSON object of exactly goods_name and total
+    that OrderInputSerializer accepts. For it DRF's answer is known before it runs: the first renderer (JSON), the
+    token's user, IsAuthenticated passed, then the throttle, the service and the 201 (or the error the exception
+    handler makes of what they raise). This runs those same steps, with the same functions, and answers with a
+    Response finalized as the view finalizes one, without DRF's request wrapper, negotiation, parser selection and
+    dispatch: 0.8 to 0.7 ms of CPU per request in process (docs/PERFORMANCE.md, "Order creation").
 
     Everything else, and every request that fails a check above, returns None before anything is counted or
     written, and the DRF view answers it from the start (orders/tests/test_fast_path.py compares the two paths'
