@@ -330,6 +330,7 @@ def order_create_fast(request) -> Response | None:
         data = strict_loads(request.body.decode())
     except (exceptions.ParseError, UnicodeDecodeError):
         return None
+    # Not an order's two fields: DRF's view answers the 400, building the error serializer once, not here as well.
     if not isinstance(data, dict) or data.keys() != ORDER_FIELDS:
         return None
     try:

@@ -35,6 +35,15 @@ def key(user):
     return api_token_create(user=user)[1]
 
 
+@pytest.fixture
+def seen(monkeypatch) -> list:
+    """Record what the fast path returned for each request (None: it handed the request to the DRF view)."""
+    returned = []
+    fast = apis.order_create_fast
+    monkeypatch.setattr(apis, "order_create_fast", lambda request: returned.append(fast(request)))
+    return returned
+
+
 def send(key, body=VALID, *, content_type="application/json", **headers):
     raw = body if isinstance(body, (str, bytes)) else json.dumps(body)
     return Client().post(URL, raw, content_type=content_type, HTTP_AUTHORIZATION=f"Token {key}", **headers)
@@ -179,14 +188,9 @@ def expired(user):
         ("idempotency key empty", {"HTTP_IDEMPOTENCY_KEY": ""}),
     ],
 )
-def test_other_requests_go_to_the_drf_view_with_nothing_counted_or_written(
-    monkeypatch, settings, key, case, request_kwargs
-):
+def test_other_requests_go_to_the_drf_view_with_nothing_counted_or_written(settings, seen, key, case, request_kwargs):
     # One request a minute: had the fast path counted the request before handing it over, DRF's count would refuse it.
     settings.ORDERS_RATE_LIMIT = "1/minute"
-    seen = []
-    fast = apis.order_create_fast
-    monkeypatch.setattr(apis, "order_create_fast", lambda request: seen.append(fast(request)))
     kwargs = dict(request_kwargs)
     body = kwargs.pop("body", VALID)
 
@@ -200,10 +204,7 @@ def test_other_requests_go_to_the_drf_view_with_nothing_counted_or_written(
 
 
 @pytest.mark.parametrize("authorization", ["", "Bearer {key}", "token {key}", "Token  {key}", "Token", "Token nope"])
-def test_other_credentials_go_to_the_drf_view(monkeypatch, key, authorization):
-    seen = []
-    fast = apis.order_create_fast
-    monkeypatch.setattr(apis, "order_create_fast", lambda request: seen.append(fast(request)))
+def test_other_credentials_go_to_the_drf_view(seen, key, authorization):
 
     Client().post(
         URL, json.dumps(VALID), content_type="application/json", HTTP_AUTHORIZATION=authorization.format(key=key)
@@ -212,14 +213,11 @@ def test_other_credentials_go_to_the_drf_view(monkeypatch, key, authorization):
     assert seen == [None]
 
 
-def test_an_expired_token_and_an_inactive_user_go_to_the_drf_view(monkeypatch, user, make_user):
+def test_an_expired_token_and_an_inactive_user_go_to_the_drf_view(seen, user, make_user):
     inactive = make_user("carol")
     inactive_key = api_token_create(user=inactive)[1]
     inactive.is_active = False
     inactive.save()
-    seen = []
-    fast = apis.order_create_fast
-    monkeypatch.setattr(apis, "order_create_fast", lambda request: seen.append(fast(request)))
 
     statuses = [send(expired(user)).status_code, send(inactive_key).status_code]
 
