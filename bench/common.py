@@ -74,7 +74,6 @@ def start_gunicorn(port: int, *, workers: int, threads: int, code_dir: Path = RO
             f"--bind=127.0.0.1:{port}",
             f"--workers={workers}",
             f"--threads={threads}",
-            "--worker-class=gthread",
             "--keep-alive=30",
             "--log-level=warning",
         ],

@@ -112,7 +112,6 @@ class Cluster:
             f"--bind=127.0.0.1:{port}",
             f"--workers={self.web_workers}",
             "--threads=4",
-            "--worker-class=gthread",
         ]
 
     def start(self, *names: str) -> None:

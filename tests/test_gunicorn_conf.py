@@ -1,9 +1,11 @@
 """gunicorn.conf.py: its master preloads third-party modules only, so a HUP still reloads the application's code;
-idle keep-alive connections outlast a client's pause."""
+idle keep-alive connections outlast a client's pause; connections opened together spread over the workers."""
 
+import collections
 import http.client
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -42,7 +44,7 @@ def test_an_idle_keep_alive_connection_outlasts_a_pause_of_a_few_seconds(tmp_pat
     port = free_port()
     web = subprocess.Popen(
         [str(Path(sys.executable).parent / "gunicorn"), "config.wsgi", f"--bind=127.0.0.1:{port}", "--workers=1",
-         "--threads=2", "--worker-class=gthread", "--log-level=warning"],
+         "--threads=2", "--log-level=warning"],
         cwd=settings.BASE_DIR,
         env=service_env(),
         stdout=subprocess.DEVNULL,
@@ -70,3 +72,74 @@ def test_an_idle_keep_alive_connection_outlasts_a_pause_of_a_few_seconds(tmp_pat
     finally:
         web.terminate()
         web.wait(timeout=30)
+
+
+WORKERS = 4
+THREADS = 2
+
+
+def _start_web(port: int, log_path: Path) -> subprocess.Popen:
+    """Start gunicorn as gunicorn.conf.py sets it up (its worker class), and return once every worker is ready."""
+    with open(log_path, "wb") as log:
+        web = subprocess.Popen(
+            [str(Path(sys.executable).parent / "gunicorn"), "config.wsgi", f"--bind=127.0.0.1:{port}",
+             f"--workers={WORKERS}", f"--threads={THREADS}", "--log-level=info"],
+            cwd=settings.BASE_DIR,
+            env=service_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while log_path.read_text().count("Worker ready") < WORKERS:
+        assert web.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
+        time.sleep(0.2)
+    return web
+
+
+def _connections_per_worker(port: int) -> list[int]:
+    listing = subprocess.run(
+        ["ss", "-tnpH", "state", "established", f"( sport = :{port} )"], capture_output=True, text=True, check=True
+    ).stdout
+    return sorted(collections.Counter(re.findall(r"pid=(\d+)", listing)).values(), reverse=True)
+
+
+def _status(connection: http.client.HTTPConnection) -> int:
+    response = connection.getresponse()
+    response.read()
+    return response.status
+
+
+def test_connections_opened_together_spread_over_the_workers_and_more_than_the_threads_are_all_served(tmp_path):
+    # A worker takes a connection only while one of its threads is free (gunicorn.conf.py, BalancedThreadWorker). A
+    # connection that has sent nothing yet holds a thread (gunicorn waits for its request there), so as many such
+    # connections as there are threads in all land exactly two on each worker. With gunicorn's own gthread worker
+    # they land where the first worker to run takes them, often all on one.
+    port = free_port()
+    web = _start_web(port, tmp_path / "web.log")
+    clients = [http.client.HTTPConnection("127.0.0.1", port, timeout=10) for _ in range(WORKERS * THREADS + 1)]
+    try:
+        for client in clients[:-1]:
+            client.connect()  # connected, nothing sent
+        deadline = time.monotonic() + 10
+        while (spread := _connections_per_worker(port)) != [THREADS] * WORKERS:
+            assert time.monotonic() < deadline, spread
+            time.sleep(0.1)
+
+        # Every thread is now in hand: one more connection waits in the listen backlog, its request with it, and is
+        # served as soon as a thread comes free.
+        clients[-1].request("GET", "/healthz")
+        for client in clients[:-1]:
+            client.request("GET", "/healthz")
+        assert [_status(client) for client in clients] == [200] * len(clients)
+
+        # Kept alive, the connections hold no thread: each is served again on the connection it has.
+        for client in clients:
+            client.request("GET", "/healthz")
+        assert [_status(client) for client in clients] == [200] * len(clients)
+        assert sum(_connections_per_worker(port)) == len(clients)
+    finally:
+        for client in clients:
+            client.close()
+        web.terminate()
+        web.wait(timeout=30)
+    assert web.returncode == 0
