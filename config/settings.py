@@ -247,6 +247,9 @@ OUTBOX_IDLE_SECONDS = env_float("OUTBOX_IDLE_SECONDS", 1.0, minimum=0.01)
 # (a gate in Redis, outbox/wakeup.py): the longest a committed row waits for its wake-up, and at most 1/interval
 # relay tasks a second under load. 25 ms: 10 ms made up to 100 drains a second of a few rows each (bench_orders.py).
 OUTBOX_WAKE_INTERVAL_SECONDS = env_float("OUTBOX_WAKE_INTERVAL_SECONDS", 0.025, minimum=0.0)
+# Under sustained load, wake-ups fold over a longer interval: bigger drains, less CPU per order (outbox/bell.py).
+OUTBOX_WAKE_BUSY_RATE = env_int("OUTBOX_WAKE_BUSY_RATE", 200, minimum=0)
+OUTBOX_WAKE_BUSY_INTERVAL_SECONDS = env_float("OUTBOX_WAKE_BUSY_INTERVAL_SECONDS", 0.1, minimum=0.0)
 OUTBOX_RETENTION_BATCH_SIZE = env_int("OUTBOX_RETENTION_BATCH_SIZE", 1000, minimum=1, maximum=50_000)
 CELERY_BEAT_SCHEDULE = {
     # Safety net for lost wake-ups and for rows whose backoff has run out.

@@ -10,7 +10,8 @@ between attempts and wake-ups are dropped; the beat sweeper relays what they wou
 The interval also holds across processes and hosts: before sending, a thread takes a gate in the shared cache (SET NX
 with the interval as its expiry). While another process holds it, that process's send is under way or was made
 less than an interval ago, so this one tries again once the gate has expired: still a send after every commit, but
-at most one per interval for the whole web tier. Without the gate, four gunicorn workers under load sent up to four
+at most one per interval for the whole web tier. Under sustained load (OUTBOX_WAKE_BUSY_RATE orders a second across
+the tier) the gate is taken for OUTBOX_WAKE_BUSY_INTERVAL_SECONDS instead (outbox/bell.py says how it is counted). Without the gate, four gunicorn workers under load sent up to four
 wake-ups per interval, each a worker's drain of a few rows: in one bench_orders.py round (2026-11-24, shared
 machine) the whole host's CPU per order was 14.1 ms with them and 7.4 ms with wake-ups all but off. The same script
 that takes the gate rings the bell when a relay loop listens (one round trip either way); a task is sent only when
@@ -68,9 +69,19 @@ class RelayWaker:
     ``rung`` counts bells rung, ``sent`` relay tasks sent.
     """
 
-    def __init__(self, *, url: str | None = None, interval: float | None = None, connect_timeout: float = 1.0):
+    def __init__(
+        self,
+        *,
+        url: str | None = None,
+        interval: float | None = None,
+        busy_interval: float | None = None,
+        busy_rate: int | None = None,
+        connect_timeout: float = 1.0,
+    ):
         self.url = url
         self.interval = interval
+        self.busy_interval = busy_interval
+        self.busy_rate = busy_rate
         self.connect_timeout = connect_timeout
         self.rung = 0
         self.sent = 0
@@ -82,9 +93,13 @@ class RelayWaker:
         self._producer: Producer | None = None
         self._outage = OutageLog("broker (relay wake-ups)", log=logger)
         self._failures = 0
+        # Wake-ups (commits) since the thread last rang, reported to the web tier's rate. Incremented by request
+        # threads and taken by this waker's thread without a lock: a lost increment only undercounts the rate.
+        self._commits = 0
 
     def wake(self) -> None:
         """Ask for a relay task soon; returns at once and never raises."""
+        self._commits += 1
         try:
             if self._pid != os.getpid() or self._thread is None or not self._thread.is_alive():
                 self._start()
@@ -105,19 +120,18 @@ class RelayWaker:
             self._thread.start()
 
     def _run(self) -> None:
-        last_sent = 0.0
+        last_sent, gap = 0.0, 0.0
         while True:
             self._event.wait()
-            interval = settings.OUTBOX_WAKE_INTERVAL_SECONDS if self.interval is None else self.interval
-            wait = last_sent + interval - time.monotonic()
+            wait = last_sent + gap - time.monotonic()
             if wait > 0:
                 time.sleep(wait)
             # Cleared before ringing or sending: a wake-up during either sets it again and gets its own, later, one.
             self._event.clear()
-            outcome = self._ring(interval)
+            outcome, gap = self._ring()
             if outcome is Ring.GATED:
                 self._event.set()
-                time.sleep(interval)  # another process woke the relays now; after its gate expires, this one follows
+                time.sleep(gap)  # another process woke the relays; once its gate has expired, this one follows
                 continue
             last_sent = time.monotonic()
             if outcome is Ring.RUNG:
@@ -137,13 +151,18 @@ class RelayWaker:
                 self._failures = 0
                 self._outage.recovered()
 
-    def _ring(self, interval: float) -> Ring:
-        """Ring a listening relay loop, or say a task is needed (none listens, or the cache is down), or gated."""
+    def _ring(self) -> tuple[Ring, float]:
+        """Ring a listening relay loop, or say a task is needed (none listens, or the cache is down), or gated; with
+        how long the next ring must wait (the gate's interval, or what remains of another process's gate)."""
+        interval = settings.OUTBOX_WAKE_INTERVAL_SECONDS if self.interval is None else self.interval
+        busy_interval = settings.OUTBOX_WAKE_BUSY_INTERVAL_SECONDS if self.busy_interval is None else self.busy_interval
+        busy_rate = settings.OUTBOX_WAKE_BUSY_RATE if self.busy_rate is None else self.busy_rate
+        commits, self._commits = self._commits, 0
         try:
-            return ring(interval=interval)
+            return ring(interval=interval, commits=commits, busy_rate=busy_rate, busy_interval=busy_interval)
         except RedisError as exc:
             logger.debug("wake-up gate not available (%s); sending a task anyway", exc)
-            return Ring.NO_LISTENER
+            return Ring.NO_LISTENER, interval
 
     def _send(self) -> None:
         if self._producer is None:

@@ -45,9 +45,69 @@ def listener():
 
 
 def test_with_no_loop_listening_the_gate_is_taken_and_a_task_is_needed():
-    assert bell.ring(interval=10) is bell.Ring.NO_LISTENER
-    assert bell.ring(interval=10) is bell.Ring.GATED  # the same gate as before, shared with older web processes
+    assert bell.ring(interval=10) == (bell.Ring.NO_LISTENER, 10)
+    outcome, remaining = bell.ring(interval=10)
+    assert outcome is bell.Ring.GATED  # the same gate as before, shared with older web processes
+    assert 9 < remaining <= 10  # what remains of it: when this process may ring again
     assert raw_client().llen(key(bell.BELL_KEY)) == 0
+
+
+def redis_second() -> int:
+    return int(raw_client().time()[0])
+
+
+def rate_then_ring(*, previous_second: int, **ring) -> tuple[bell.Ring, float] | None:
+    """Record `previous_second` commits for the second before the Redis clock's current one, then ring.
+
+    Return None if the clock moved on to another second meanwhile (the count would then be two seconds old).
+    """
+    now = redis_second()
+    raw_client().hset(key(bell.RATE_KEY), mapping={"second": now - 1, "count": previous_second, "previous": 0})
+    rang = bell.ring(**ring)
+    return rang if redis_second() == now else None
+
+
+def until_one_second(attempt):
+    """Run `attempt` until it ran within one second of the Redis clock (at most a few tries)."""
+    for _ in range(5):
+        if (result := attempt()) is not None:
+            return result
+        raw_client().delete(key(bell.GATE_KEY))
+    raise AssertionError("the Redis clock moved on during every try")
+
+
+def test_after_a_busy_second_the_gate_is_taken_for_the_busy_interval():
+    outcome, gate = until_one_second(
+        lambda: rate_then_ring(previous_second=200, interval=10, busy_rate=200, busy_interval=40, commits=3)
+    )
+    assert (outcome, gate) == (bell.Ring.NO_LISTENER, 40)
+    assert 39_000 < raw_client().pttl(key(bell.GATE_KEY)) <= 40_000
+    fields = raw_client().hgetall(key(bell.RATE_KEY))
+    assert (fields[b"previous"], fields[b"count"]) == (b"200", b"3")  # this second's count starts with these commits
+
+
+def test_below_the_busy_rate_or_with_it_off_the_gate_keeps_its_interval():
+    below = until_one_second(
+        lambda: rate_then_ring(previous_second=199, interval=10, busy_rate=200, busy_interval=40)
+    )
+    assert below == (bell.Ring.NO_LISTENER, 10)
+    raw_client().delete(key(bell.GATE_KEY))
+    off = until_one_second(lambda: rate_then_ring(previous_second=10_000, interval=10, busy_rate=0, busy_interval=40))
+    assert off == (bell.Ring.NO_LISTENER, 10)
+
+
+def test_commits_are_added_up_per_second_across_processes_and_an_idle_second_resets_the_rate():
+    for _ in range(4):  # four web processes reporting within one second (no gate, so none is refused)
+        bell.ring(interval=0, commits=50)
+    fields = raw_client().hgetall(key(bell.RATE_KEY))
+    assert int(fields[b"count"]) == 200 or int(fields[b"count"]) + int(fields[b"previous"]) == 200
+    # A count more than one second old is not the previous second's: a gap of a second means a quiet tier.
+    now = redis_second()
+    raw_client().hset(key(bell.RATE_KEY), mapping={"second": now - 2, "count": 5000, "previous": 5000})
+    bell.ring(interval=0)
+    fields = raw_client().hgetall(key(bell.RATE_KEY))
+    assert fields[b"previous"] == b"0" or redis_second() != now
+    assert 0 < raw_client().pttl(key(bell.RATE_KEY)) <= bell.RATE_TTL_MS
 
 
 def test_a_listening_loop_is_rung_once_however_often_the_web_rings(listener):
@@ -55,7 +115,7 @@ def test_a_listening_loop_is_rung_once_however_often_the_web_rings(listener):
     assert listener.wait(0.05, stop) is False  # beats, hears nothing
     assert listener.live and heartbeat_present()
 
-    assert [bell.ring(interval=0) for _ in range(3)] == [bell.Ring.RUNG] * 3
+    assert [bell.ring(interval=0)[0] for _ in range(3)] == [bell.Ring.RUNG] * 3
     assert raw_client().llen(key(bell.BELL_KEY)) == 1  # a loop drains everything due once, however many rang
     assert listener.wait(5, stop) is True
     assert listener.wait(0.05, stop) is False
@@ -77,7 +137,7 @@ def test_a_stopping_loop_takes_only_its_own_heartbeat_down(listener):
     assert heartbeat_present()
     other.close()
     assert not heartbeat_present()
-    assert bell.ring(interval=0) is bell.Ring.NO_LISTENER
+    assert bell.ring(interval=0)[0] is bell.Ring.NO_LISTENER
 
 
 def test_with_redis_down_the_loop_waits_on_a_timer_and_says_it_is_not_listening(settings):

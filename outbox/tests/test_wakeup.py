@@ -118,6 +118,36 @@ def test_processes_share_one_interval_and_each_still_sends_after_its_last_wakeup
     assert outbox_queue.count() == sum(totals)
 
 
+def sends_while_waking(waker: wakeup.RelayWaker, *, seconds: float, every: float) -> list[float]:
+    """Wake `waker` every `every` seconds for `seconds`; return when (since the start) each of its sends was seen."""
+    started, seen, sends = time.monotonic(), waker.sent, []
+    while (elapsed := time.monotonic() - started) < seconds:
+        waker.wake()
+        if waker.sent != seen:
+            sends.extend([elapsed] * (waker.sent - seen))
+            seen = waker.sent
+        time.sleep(every)
+    return sends
+
+
+def test_under_sustained_load_wakeups_fold_over_the_busy_interval_and_a_quiet_stream_keeps_the_short_one(
+    outbox_queue,
+):
+    waker = wakeup.RelayWaker(interval=0.02, busy_interval=0.25, busy_rate=100)
+    # A quiet stream, 25 commits a second: each one gets its own send, at most 20 ms after it.
+    quiet = sends_while_waking(waker, seconds=1.0, every=0.04)
+    assert len(quiet) >= 18
+
+    # Hundreds of commits a second: once a second of them is counted, one send per 250 ms instead of one per 20 ms.
+    busy = sends_while_waking(waker, seconds=3.0, every=0.001)
+    late = [at for at in busy if at >= 2.0]
+    assert len(late) <= 1.0 / 0.25 + 2, busy
+    assert len([at for at in busy if at < 0.9]) >= 10  # before the first busy second was counted, the short gate
+    total = settle(waker)
+    assert total > len(quiet) + len(busy)  # the trailing send after the last commit still comes
+    assert outbox_queue.count() == total
+
+
 def test_with_the_cache_down_wakeups_are_still_sent(settings, outbox_queue):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
