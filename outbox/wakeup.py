@@ -10,12 +10,14 @@ between attempts and wake-ups are dropped; the beat sweeper relays what they wou
 The interval also holds across processes and hosts: before sending, a thread takes a gate in the shared cache (SET NX
 with the interval as its expiry). While another process holds it, that process's send is under way or was made
 less than an interval ago, so this one tries again once the gate has expired: still a send after every commit, but
-at most one per interval for the whole web tier. Under sustained load (OUTBOX_WAKE_BUSY_RATE orders a second across
-the tier) the gate is taken for OUTBOX_WAKE_BUSY_INTERVAL_SECONDS instead (outbox/bell.py says how it is counted). Without the gate, four gunicorn workers under load sent up to four
+at most one per interval for the whole web tier. Without the gate, four gunicorn workers under load sent up to four
 wake-ups per interval, each a worker's drain of a few rows: in one bench_orders.py round (2026-11-24, shared
 machine) the whole host's CPU per order was 14.1 ms with them and 7.4 ms with wake-ups all but off. The same script
 that takes the gate rings the bell when a relay loop listens (one round trip either way); a task is sent only when
 none does. When the cache does not answer, the thread sends a task anyway.
+
+Under sustained load (OUTBOX_WAKE_BUSY_RATE orders a second across the tier) the gate is taken for
+OUTBOX_WAKE_BUSY_INTERVAL_SECONDS instead; outbox/bell.py says how the rate is counted and what it saves.
 """
 
 import functools
