@@ -87,9 +87,7 @@ def test_after_a_busy_second_the_gate_is_taken_for_the_busy_interval():
 
 
 def test_below_the_busy_rate_or_with_it_off_the_gate_keeps_its_interval():
-    below = until_one_second(
-        lambda: rate_then_ring(previous_second=199, interval=10, busy_rate=200, busy_interval=40)
-    )
+    below = until_one_second(lambda: rate_then_ring(previous_second=199, interval=10, busy_rate=200, busy_interval=40))
     assert below == (bell.Ring.NO_LISTENER, 10)
     raw_client().delete(key(bell.GATE_KEY))
     off = until_one_second(lambda: rate_then_ring(previous_second=10_000, interval=10, busy_rate=0, busy_interval=40))
