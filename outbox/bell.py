@@ -77,7 +77,7 @@ if second ~= now then
   if second == now - 1 then previous = tonumber(redis.call('HGET', KEYS[4], 'count') or 0) end
   redis.call('HSET', KEYS[4], 'second', now, 'count', 0, 'previous', previous)
 end
-local count = redis.call('HINCRBY', KEYS[4], 'count', ARGV[3])
+redis.call('HINCRBY', KEYS[4], 'count', ARGV[3])
 redis.call('PEXPIRE', KEYS[4], ARGV[6])
 local gate = tonumber(ARGV[1])
 local busy = tonumber(ARGV[4])
