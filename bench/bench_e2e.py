@@ -14,6 +14,7 @@ and a relay that drains what is due once a second, the "1-second polling relay" 
 
     .venv/bin/python bench/bench_e2e.py [--rate 100] [--seconds 20] [--repeat 1]
     .venv/bin/python bench/bench_e2e.py --burst 150 --bursts 10 [--repeat 1] [--skip-baseline] [--pool prefork]
+        [--web-nice 5]
 """
 
 import argparse
@@ -76,6 +77,7 @@ def run(
     burst: int = 0,
     bursts: int = 0,
     pool: str = "solo",
+    web_nice: int = 0,
 ) -> dict:
     from django.contrib.auth import get_user_model
 
@@ -104,6 +106,9 @@ def run(
                 solo = [str(Path(sys.executable).parent / "celery"), "-A", "config", "worker", "-Q", "credits", "-P"]
                 commands["credits"] = [*solo, "solo", "-n", "credits1@%h", "-l", "INFO"]
                 commands["credits2"] = [*solo, "solo", "-n", "credits2@%h", "-l", "INFO"]
+            if web_nice:
+                # The web below the relay and the consumers on a shared host (docs/OPERATIONS.md, systemd Nice=).
+                commands["web"] = ["nice", "-n", str(web_nice), *commands["web"]]
             return commands
 
     cluster = E2ECluster(
@@ -160,6 +165,9 @@ def main() -> None:
     parser.add_argument(
         "--pool", choices=("solo", "prefork"), default="solo", help="two solo consumers (as deployed) or prefork -c 2"
     )
+    parser.add_argument(
+        "--web-nice", type=int, default=0, help="run gunicorn at this niceness (the relay and consumers at 0)"
+    )
     args = parser.parse_args()
     if args.burst < 0 or args.bursts < 1 or args.repeat < 1:
         parser.error("--burst must be >= 0, --bursts and --repeat >= 1")
@@ -177,7 +185,7 @@ def main() -> None:
     for round_number in range(1, args.repeat + 1):
         for name, polling in designs:
             load = {"rate": args.rate, "seconds": args.seconds, "burst": args.burst, "bursts": args.bursts}
-            result = run(polling=polling, pool=args.pool, **load)
+            result = run(polling=polling, pool=args.pool, web_nice=args.web_nice, **load)
             rows.append((round_number, name, result))
     print()
     print("| run | design | orders | credited | commit to credit p50 | p99 | max | to relayed p50 | p99 | non-201 |")
