@@ -41,7 +41,6 @@ a sink in this process), interleaved; every run is printed, with gunicorn's CPU 
 """
 
 import argparse
-import collections
 import json
 import os
 import re
@@ -112,18 +111,6 @@ def run_wrk(tokens: list[str], duration: float) -> str:
         return subprocess.run(command, check=True, capture_output=True, text=True).stdout
     finally:
         os.unlink(script.name)
-
-
-def connections_per_worker(port: int) -> list[int]:
-    """Return how many established connections to `port` each process holds, most first (from `ss -tnp`).
-
-    gunicorn's gthread workers keep a keep-alive connection where it was accepted, and one worker may accept nearly
-    all of wrk's connections: then the web is one process (docs/PERFORMANCE.md, "Order creation").
-    """
-    listing = subprocess.run(
-        ["ss", "-tnpH", "state", "established", f"( sport = :{port} )"], capture_output=True, text=True, check=False
-    ).stdout
-    return sorted(collections.Counter(re.findall(r"pid=(\d+)", listing)).values(), reverse=True)
 
 
 def measure_ceiling(seconds: float, user_id: int) -> dict:
@@ -356,6 +343,8 @@ class Pipeline:
 
 def measure_variant(pipeline: Pipeline, name: str, tokens: list[str], args: argparse.Namespace) -> dict:
     """Serve one variant from a fresh gunicorn, warm it up, then measure one wrk run against the whole host."""
+    from testkit import processes
+
     name, _, overrides = name.partition(":")
     env = {"ORDERS_RATE_LIMIT": RATE_LIMIT, **dict(pair.split("=", 1) for pair in overrides.split(";") if pair)}
     if name in ("plain", "bare"):
@@ -375,7 +364,7 @@ def measure_variant(pipeline: Pipeline, name: str, tokens: list[str], args: argp
         wall = time.monotonic()
         placement: list[list[int]] = []
         count_connections = threading.Timer(
-            min(2.0, args.seconds / 2), lambda: placement.append(connections_per_worker(PORT))
+            min(2.0, args.seconds / 2), lambda: placement.append(processes.connections_per_worker(PORT))
         )
         count_connections.start()
         result = parse_wrk(run_wrk(tokens, args.seconds), args.seconds)

@@ -1,11 +1,15 @@
-"""What a child process started by a test needs to reach this test run's databases and broker.
+"""What a child process started by a test needs to reach this test run's databases and broker; a free port for it,
+and the connections it holds.
 
 The one place test code builds a database or broker URL: from the live connection settings of an alias (under
 pytest, its test database), so a test that moves an alias (another server, another user) moves its children too.
 """
 
+import collections
 import os
+import re
 import socket
+import subprocess
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from django.conf import settings
@@ -80,3 +84,15 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def connections_per_worker(port: int) -> list[int]:
+    """Return how many established connections to `port` each process holds, most first (from iproute2's `ss -tnp`).
+
+    For gunicorn: a worker keeps each keep-alive connection it accepted, so this is how a client's connections were
+    spread over the workers (gunicorn.conf.py, tests/test_gunicorn_conf.py, bench/bench_orders.py).
+    """
+    listing = subprocess.run(
+        ["ss", "-tnpH", "state", "established", f"( sport = :{port} )"], capture_output=True, text=True, check=True
+    ).stdout
+    return sorted(collections.Counter(re.findall(r"pid=(\d+)", listing)).values(), reverse=True)

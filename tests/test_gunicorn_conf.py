@@ -1,11 +1,9 @@
 """gunicorn.conf.py: its master preloads third-party modules only, so a HUP still reloads the application's code;
 idle keep-alive connections outlast a client's pause; connections opened together spread over the workers."""
 
-import collections
 import http.client
 import json
 import os
-import re
 import subprocess
 import sys
 import time
@@ -14,7 +12,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from testkit.processes import free_port, service_env
+from testkit.processes import connections_per_worker, free_port, service_env
 
 pytestmark = pytest.mark.slow
 
@@ -26,6 +24,27 @@ import json, runpy, sys
 runpy.run_path("gunicorn.conf.py")
 print(json.dumps(sorted({name.split(".")[0] for name in sys.modules})))
 """
+
+WORKERS = 4
+THREADS = 2
+
+
+def _start_web(port: int, log_path: Path, *, workers: int = WORKERS) -> subprocess.Popen:
+    """Start gunicorn as gunicorn.conf.py sets it up (its worker class), and return once every worker is ready."""
+    with open(log_path, "wb") as log:
+        web = subprocess.Popen(
+            [str(Path(sys.executable).parent / "gunicorn"), "config.wsgi", f"--bind=127.0.0.1:{port}",
+             f"--workers={workers}", f"--threads={THREADS}", "--log-level=info"],
+            cwd=settings.BASE_DIR,
+            env=service_env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while log_path.read_text().count("Worker ready") < workers:
+        assert web.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
+        time.sleep(0.2)
+    return web
 
 
 def test_the_master_imports_no_module_of_the_application():
@@ -42,24 +61,10 @@ def test_the_master_imports_no_module_of_the_application():
 def test_an_idle_keep_alive_connection_outlasts_a_pause_of_a_few_seconds(tmp_path):
     # gunicorn's own default (2 s) closed such connections just as clients sent on them again (gunicorn.conf.py).
     port = free_port()
-    web = subprocess.Popen(
-        [str(Path(sys.executable).parent / "gunicorn"), "config.wsgi", f"--bind=127.0.0.1:{port}", "--workers=1",
-         "--threads=2", "--log-level=warning"],
-        cwd=settings.BASE_DIR,
-        env=service_env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+    web = _start_web(port, tmp_path / "web.log", workers=1)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-                connection.request("GET", "/api/orders/")
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "gunicorn did not start"
-                time.sleep(0.2)
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        connection.request("GET", "/api/orders/")
         first = connection.getresponse()
         first.read()
         sock = connection.sock
@@ -72,35 +77,6 @@ def test_an_idle_keep_alive_connection_outlasts_a_pause_of_a_few_seconds(tmp_pat
     finally:
         web.terminate()
         web.wait(timeout=30)
-
-
-WORKERS = 4
-THREADS = 2
-
-
-def _start_web(port: int, log_path: Path) -> subprocess.Popen:
-    """Start gunicorn as gunicorn.conf.py sets it up (its worker class), and return once every worker is ready."""
-    with open(log_path, "wb") as log:
-        web = subprocess.Popen(
-            [str(Path(sys.executable).parent / "gunicorn"), "config.wsgi", f"--bind=127.0.0.1:{port}",
-             f"--workers={WORKERS}", f"--threads={THREADS}", "--log-level=info"],
-            cwd=settings.BASE_DIR,
-            env=service_env(),
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )  # fmt: skip
-    deadline = time.monotonic() + 60
-    while log_path.read_text().count("Worker ready") < WORKERS:
-        assert web.poll() is None and time.monotonic() < deadline, log_path.read_text()[-3000:]
-        time.sleep(0.2)
-    return web
-
-
-def _connections_per_worker(port: int) -> list[int]:
-    listing = subprocess.run(
-        ["ss", "-tnpH", "state", "established", f"( sport = :{port} )"], capture_output=True, text=True, check=True
-    ).stdout
-    return sorted(collections.Counter(re.findall(r"pid=(\d+)", listing)).values(), reverse=True)
 
 
 def _status(connection: http.client.HTTPConnection) -> int:
@@ -121,7 +97,7 @@ def test_connections_opened_together_spread_over_the_workers_and_more_than_the_t
         for client in clients[:-1]:
             client.connect()  # connected, nothing sent
         deadline = time.monotonic() + 10
-        while (spread := _connections_per_worker(port)) != [THREADS] * WORKERS:
+        while (spread := connections_per_worker(port)) != [THREADS] * WORKERS:
             assert time.monotonic() < deadline, spread
             time.sleep(0.1)
 
@@ -136,7 +112,7 @@ def test_connections_opened_together_spread_over_the_workers_and_more_than_the_t
         for client in clients:
             client.request("GET", "/healthz")
         assert [_status(client) for client in clients] == [200] * len(clients)
-        assert sum(_connections_per_worker(port)) == len(clients)
+        assert sum(connections_per_worker(port)) == len(clients)
     finally:
         for client in clients:
             client.close()
