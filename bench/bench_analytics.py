@@ -350,9 +350,9 @@ def main() -> None:
         raise SystemExit("--seed-only and --skip-seed take one size in --orders")
     if not args.reset and not args.skip_seed:
         raise SystemExit("this bench empties the orders, outbox, credits and analytics tables: pass --reset")
-    if args.skip_seed and not (record := seed_record_path()).exists():
+    if args.skip_seed and not (seed_file := seed_record_path()).exists():
         raise SystemExit(
-            f"--skip-seed: no seed of {' and '.join(database_names().values())} recorded on this machine ({record});"
+            f"--skip-seed: no seed of {' and '.join(database_names().values())} recorded on this machine ({seed_file});"
             " seed them first (--reset --seed-only), or point DATABASE_URL and CREDITS_DATABASE_URL at the seeded ones"
         )
     end = args.end or date.today() - timedelta(days=1)

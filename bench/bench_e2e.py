@@ -14,7 +14,10 @@ and a relay that drains what is due once a second, the "1-second polling relay" 
 
     .venv/bin/python bench/bench_e2e.py [--rate 100] [--seconds 20] [--repeat 1]
     .venv/bin/python bench/bench_e2e.py --burst 150 --bursts 10 [--repeat 1] [--skip-baseline] [--pool prefork]
-        [--web-nice 5]
+        [--web-nice 0]
+
+The web runs as docs/OPERATIONS.md deploys it on a host it shares with the relay and the consumers: at niceness
+WEB_NICE below them (``--web-nice 0``: the same priority).
 """
 
 import argparse
@@ -27,6 +30,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import BENCH_DATABASE_URL, bench_env, outbox_backlog_discard, percentile, setup_django  # noqa: E402
+
+# The web's niceness on a host shared with the relay and the consumers (docs/OPERATIONS.md: systemd Nice=5).
+WEB_NICE = 5
 
 POLLER = """
 import os, time, django
@@ -77,7 +83,7 @@ def run(
     burst: int = 0,
     bursts: int = 0,
     pool: str = "solo",
-    web_nice: int = 0,
+    web_nice: int = WEB_NICE,
 ) -> dict:
     from django.contrib.auth import get_user_model
 
@@ -166,7 +172,10 @@ def main() -> None:
         "--pool", choices=("solo", "prefork"), default="solo", help="two solo consumers (as deployed) or prefork -c 2"
     )
     parser.add_argument(
-        "--web-nice", type=int, default=0, help="run gunicorn at this niceness (the relay and consumers at 0)"
+        "--web-nice",
+        type=int,
+        default=WEB_NICE,
+        help=f"run gunicorn at this niceness, the relay and consumers at 0 (default {WEB_NICE}, as deployed)",
     )
     args = parser.parse_args()
     if args.burst < 0 or args.bursts < 1 or args.repeat < 1:
@@ -177,7 +186,7 @@ def main() -> None:
         if args.burst
         else f"{args.rate:.0f} orders/s for {args.seconds:.0f} s"
     )
-    print(f"database {BENCH_DATABASE_URL}; {load}", flush=True)
+    print(f"database {BENCH_DATABASE_URL}; {load}; the web at niceness {args.web_nice}", flush=True)
     rows = []
     designs = [("woken on commit (this service)", False), ("1-second polling relay (baseline)", True)]
     if args.skip_baseline:

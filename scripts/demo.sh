@@ -77,7 +77,9 @@ $PY manage.py revoke_api_tokens demo --name demo >/dev/null
 TOKEN=$($PY manage.py create_api_token demo --name demo --expires-days 1 | tail -n 1)
 
 echo "==> Starting processes"
-start web .venv/bin/gunicorn config.wsgi --bind "127.0.0.1:$PORT" --workers 4 --threads 2
+# The web one step below the relay and the consumers that share this host (docs/OPERATIONS.md, Nice=5): orders
+# already committed reach their credit before the web takes both cores for the next ones.
+start web nice -n 5 .venv/bin/gunicorn config.wsgi --bind "127.0.0.1:$PORT" --workers 4 --threads 2
 start worker .venv/bin/celery -A config worker -Q outbox,credits --concurrency 2 --loglevel INFO
 # The nightly run gets a worker of its own, so a Spark job never holds the outbox worker (config/celery.py).
 start analytics .venv/bin/celery -A config worker -Q analytics --concurrency 1 -n analytics@%h --loglevel INFO

@@ -1,5 +1,6 @@
 """The analytics bench's own parts: the plain-SQL baseline finds exactly what was planted, and the /proc readings."""
 
+import json
 import os
 import subprocess
 import sys
@@ -17,7 +18,7 @@ from bench.proc_stats import ServerThreads, TreeSampler, gc_log_peaks, server_pi
 from demo.plant import plant_inconsistencies
 from demo.seed import seed_demo_data
 from testkit.mariadb_server import MariaDBServer
-from testkit.processes import free_port
+from testkit.processes import free_port, service_env
 
 DAY = timezone.now().date() - timedelta(days=1)
 TICKS_OF_ROUNDING = 0.05
@@ -118,3 +119,27 @@ def test_skip_seed_without_a_seed_says_what_to_do():
     assert result.returncode == 1
     assert "--skip-seed: no seed of never_seeded_orders and never_seeded_credits recorded" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_the_bench_seeds_a_small_day_and_measures_spark_and_the_baseline(transactional_db, tmp_path):
+    """The whole bench, end to end, on this run's test databases: seed, then one Spark run and one baseline run."""
+    results = tmp_path / "results.json"
+
+    completed = subprocess.run(
+        [sys.executable, "bench/bench_analytics.py", "--reset", "--orders", "3000", "--days", "1", "--json", results],
+        cwd=Path(__file__).resolve().parents[1],
+        capture_output=True,
+        text=True,
+        env=service_env(TMPDIR=str(tmp_path)),
+        timeout=600,
+    )
+
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    measured = json.loads(results.read_text())
+    planted = measured["seeds"][0]["planted"]
+    assert {run["variant"] for run in measured["runs"]} == {"spark local, day", "sql"}
+    assert sum(planted.values()) > 0
+    for run in measured["runs"]:
+        assert run["found"] == planted
+        assert run["wall_seconds"] > 0 and run["cpu_seconds"] > 0

@@ -50,6 +50,11 @@ def test_ctrl_c_stops_everything_and_a_killed_runs_leftovers_are_stopped(transac
         second.expect("Placing demo orders")
         assert not any(running(pgid) for pgid in leftovers)
         started = [int(line) for line in (run_dir / "demo.pgids").read_text().split()]
+        # The web one step below the relay and the consumers sharing its host (docs/OPERATIONS.md, Nice=5).
+        ours = os.getpriority(os.PRIO_PROCESS, 0)
+        groups = zip(DEMO_PROCESSES, started, strict=True)
+        niceness = {name: os.getpriority(os.PRIO_PROCESS, pgid) - ours for name, pgid in groups}
+        assert niceness == {"web": 5, "worker": 0, "analytics": 0, "beat": 0, "relay": 0}
 
         interrupted = time.monotonic()
         second.sendintr()  # Ctrl-C, through the pseudo-terminal's line discipline
