@@ -1,0 +1,91 @@
+"""Every benchmark in bench/ runs, on the smallest load, against databases and a RabbitMQ vhost of its own.
+
+The figures of docs/PERFORMANCE.md come from these scripts; one that no longer runs is found here, not in the next
+benchmark round (bench_analytics.py once ran no size at all: tests/test_bench_analytics.py runs it end to end).
+Nothing here judges speed: each bench exits non-zero on a wrong result (an order credited twice or not at all, a
+non-2xx answer it does not expect, a row left unpublished), and that is what is asserted.
+"""
+
+import subprocess
+import sys
+from urllib.parse import urlsplit
+
+import MySQLdb
+import pytest
+
+from testkit.harness import ROOT
+from testkit.processes import broker_url, database_url, service_env
+
+pytestmark = pytest.mark.slow
+
+# The bench scripts' own databases and vhost: they purge queues and empty tables.
+ORDERS_DB = "test_creditshop_bench_smoke"
+CREDITS_DB = "test_creditshop_bench_smoke_credits"
+VHOST = "test_creditshop_bench_smoke"
+
+BENCHES = {
+    "bench_auth": ["--rounds", "1", "-n", "50"],
+    "bench_credits": ["--messages", "200", "--processes", "2", "--pool", "solo"],
+    "bench_relay": ["--messages", "300", "--rate", "50", "--seconds", "2", "--repeat", "1"],
+    "bench_relay_wake": ["--rounds", "1", "--seconds", "2", "--variants", "ours"],
+    "bench_tracing": ["--awards", "50", "--rounds", "1"],
+    "bench_e2e": ["--rate", "20", "--seconds", "2", "--skip-baseline"],
+    "bench_orders": ["--rounds", "1", "--seconds", "2", "--variants", "ours,plain,bare"],
+}
+
+
+@pytest.fixture(scope="module")
+def bench_env():
+    """Return the environment of a bench run: both bench databases and the vhost created, removed afterwards."""
+    orders_url = database_url("default", name=ORDERS_DB)
+    credits_url = database_url("credits", name=CREDITS_DB)
+    env = service_env(
+        DATABASE_URL=orders_url,
+        CREDITS_DATABASE_URL=credits_url,
+        BENCH_DATABASE_URL=orders_url,
+        BENCH_CREDITS_DATABASE_URL=credits_url,
+        CELERY_BROKER_URL=urlsplit(broker_url())._replace(path=f"/{VHOST}").geturl(),
+        DJANGO_DEBUG="false",
+        LOG_LEVEL="WARNING",
+    )
+    server = MySQLdb.connect(host="127.0.0.1", user="root", password="")
+    try:
+        rabbitmqctl("delete_vhost", VHOST, check=False)
+        rabbitmqctl("add_vhost", VHOST)
+        rabbitmqctl("set_permissions", "-p", VHOST, "guest", ".*", ".*", ".*")
+        for name in (ORDERS_DB, CREDITS_DB):
+            server.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
+            server.cursor().execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
+        for database in ("default", "credits"):
+            subprocess.run(
+                [sys.executable, "manage.py", "migrate", "--database", database, "--verbosity", "0"],
+                cwd=ROOT,
+                env=env,
+                check=True,
+                timeout=300,
+            )
+        yield env
+    finally:
+        for name in (ORDERS_DB, CREDITS_DB):
+            server.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
+        server.close()
+        rabbitmqctl("delete_vhost", VHOST, check=False)
+
+
+def rabbitmqctl(*args: str, check: bool = True) -> None:
+    subprocess.run(["rabbitmqctl", "-q", *args], check=check, capture_output=True, timeout=60)
+
+
+@pytest.mark.parametrize("bench", BENCHES)
+def test_the_bench_runs_on_the_smallest_load(bench, bench_env):
+    completed = subprocess.run(
+        [sys.executable, f"bench/{bench}.py", *BENCHES[bench]],
+        cwd=ROOT,
+        env=bench_env,
+        capture_output=True,
+        text=True,
+        timeout=400,
+    )
+
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    assert "Traceback" not in completed.stderr
