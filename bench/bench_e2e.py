@@ -16,8 +16,8 @@ and a relay that drains what is due once a second, the "1-second polling relay" 
     .venv/bin/python bench/bench_e2e.py --burst 150 --bursts 10 [--repeat 1] [--skip-baseline] [--pool prefork]
         [--web-nice 0]
 
-The web runs as docs/OPERATIONS.md deploys it on a host it shares with the relay and the consumers: at niceness
-WEB_NICE below them (``--web-nice 0``: the same priority).
+The web runs at niceness 5 (WEB_NICE), below the relay and the consumers, as docs/OPERATIONS.md deploys it on a host
+they share; ``--web-nice 0`` runs all at the same priority.
 """
 
 import argparse
