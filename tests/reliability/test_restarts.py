@@ -24,6 +24,7 @@ from outbox.models import TransactionLog
 from testkit.harness import Backends, Ledger, OrderStream, wait_for_credits
 from testkit.processes import free_port
 from testkit.restarts import (
+    RESTART_P99_LIMIT_SECONDS,
     Restart,
     assert_clean_restart,
     reload_gunicorn,
@@ -37,9 +38,6 @@ from testkit.restarts import (
 pytestmark = pytest.mark.slow
 
 RATE = 20  # orders per second, across all clients
-# A functional bound with a lot of headroom (orders take ~15 ms idle; PERFORMANCE.md): a restart that refused or
-# stalled orders for a retry would cross it.
-P99_LIMIT_SECONDS = 0.250
 DRAIN_LIMIT_SECONDS = 60
 # A day no other test reports on: each nightly run holds a server-wide lock per day.
 NIGHTLY_DAY = "2001-03-04"
@@ -71,7 +69,7 @@ def report(capsys, ledger: Ledger, restarts: list[Restart]) -> None:
 
 
 def assert_all_well(
-    cluster, ledger: Ledger, restarts: list[Restart], *names: str, p99_limit: float = P99_LIMIT_SECONDS
+    cluster, ledger: Ledger, restarts: list[Restart], *names: str, p99_limit: float = RESTART_P99_LIMIT_SECONDS
 ) -> None:
     ledger.result.assert_nothing_lost_or_duplicated(logs="\n".join(cluster.logs(name) for name in names))
     assert ledger.result.dead_letters == 0
