@@ -6,6 +6,7 @@ Nothing here judges speed: each bench exits non-zero on a wrong result (an order
 non-2xx answer it does not expect, a row left unpublished), and that is what is asserted.
 """
 
+import contextlib
 import subprocess
 import sys
 from urllib.parse import urlsplit
@@ -13,8 +14,8 @@ from urllib.parse import urlsplit
 import MySQLdb
 import pytest
 
-from testkit.harness import ROOT
-from testkit.processes import broker_url, database_url, service_env
+from testkit.harness import ROOT, rabbitmqctl
+from testkit.processes import broker_url, database_address, database_url, service_env
 
 pytestmark = pytest.mark.slow
 
@@ -48,9 +49,10 @@ def bench_env():
         DJANGO_DEBUG="false",
         LOG_LEVEL="WARNING",
     )
-    server = MySQLdb.connect(host="127.0.0.1", user="root", password="")
+    host, port = database_address()
+    server = MySQLdb.connect(host=host, port=port, user="root")
     try:
-        rabbitmqctl("delete_vhost", VHOST, check=False)
+        vhost_delete()
         rabbitmqctl("add_vhost", VHOST)
         rabbitmqctl("set_permissions", "-p", VHOST, "guest", ".*", ".*", ".*")
         for name in (ORDERS_DB, CREDITS_DB):
@@ -69,11 +71,13 @@ def bench_env():
         for name in (ORDERS_DB, CREDITS_DB):
             server.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
         server.close()
-        rabbitmqctl("delete_vhost", VHOST, check=False)
+        vhost_delete()
 
 
-def rabbitmqctl(*args: str, check: bool = True) -> None:
-    subprocess.run(["rabbitmqctl", "-q", *args], check=check, capture_output=True, timeout=60)
+def vhost_delete() -> None:
+    """Delete the bench vhost if it is there (an earlier run that was killed may have left it)."""
+    with contextlib.suppress(subprocess.CalledProcessError):
+        rabbitmqctl("delete_vhost", VHOST)
 
 
 @pytest.mark.parametrize("bench", BENCHES)
