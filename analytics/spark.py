@@ -44,6 +44,8 @@ INTERPRETED_JOB_CONF = {
 }
 # Rows per shuffle partition when sizing a run (capped by ANALYTICS_SHUFFLE_PARTITIONS, at least 2).
 ROWS_PER_SHUFFLE_PARTITION = 250_000
+# PySpark's own setting (pyspark.errors.utils): whether each DataFrame call records its Python call site in the JVM.
+DATAFRAME_DEBUGGING = "spark.python.sql.dataFrameDebugging.enabled"
 
 
 def tuning_for(rows: int) -> dict[str, str]:
@@ -86,6 +88,12 @@ def spark_conf(
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.execution.arrow.pyspark.enabled": "false",
+        # PySpark 4 sends the Python call site of every Column and DataFrame call to the JVM, so an error can name
+        # the line that built the failing expression: about a dozen py4j round trips per call (the active session,
+        # the origin class by reflection, a setting, set and clear). Building a day's analysis made 15,749 round
+        # trips with it and 6,989 without (docs/PERFORMANCE.md, "Nightly analytics"). On with verbosity 2
+        # (`run_nightly_reports -v 2`), for a run being debugged; an error names the failing expression either way.
+        DATAFRAME_DEBUGGING: "true" if verbose else "false",
     }
     conf.update(tuning or {})
     for item in settings.SPARK_CONF:

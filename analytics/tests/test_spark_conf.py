@@ -1,12 +1,17 @@
 """The Spark properties the job runs with: Spark's own start-up warnings stay out unless asked for; a short run
-skips what only pays off on many rows; the class archive is mapped once written."""
+skips what only pays off on many rows; the class archive is mapped once written; a DataFrame call costs no call-site
+round trips unless asked for."""
 
 from pathlib import Path
 
+import py4j.java_gateway
 import pyspark
+import pytest
+from pyspark.errors import utils as pyspark_errors
+from pyspark.sql import functions as F
 
 from analytics import class_archive
-from analytics.spark import QUIET_LOG4J_OPTION, spark_conf, tuning_for
+from analytics.spark import DATAFRAME_DEBUGGING, QUIET_LOG4J_OPTION, spark_conf, tuning_for
 
 
 def test_the_driver_gets_the_quiet_logging_profile_unless_verbose():
@@ -44,3 +49,33 @@ def test_a_small_day_runs_interpreted_a_million_keeps_code_generation_with_c1_an
     assert "spark.sql.codegen.wholeStage" not in ten_million
     assert "spark.sql.inMemoryColumnarStorage.compressed" not in ten_million
     assert "-XX:TieredStopAtLevel=1" not in ten_million[driver] and "-XX:+UseSerialGC" not in ten_million[driver]
+
+
+def test_call_site_debugging_is_off_unless_verbose_and_spark_conf_can_turn_it_on(settings):
+    assert spark_conf(tuning=tuning_for(1000))[DATAFRAME_DEBUGGING] == "false"
+    assert spark_conf(tuning=tuning_for(1000), verbose=True)[DATAFRAME_DEBUGGING] == "true"
+    settings.SPARK_CONF = [f"{DATAFRAME_DEBUGGING}=true"]
+    assert spark_conf(tuning=tuning_for(1000))[DATAFRAME_DEBUGGING] == "true"
+
+
+@pytest.mark.spark
+def test_building_a_column_in_a_started_session_costs_no_call_site_round_trips(spark, monkeypatch):
+    # PySpark decides once per process, at the first DataFrame call, and remembers: forget, so it asks this session.
+    monkeypatch.setattr(pyspark_errors, "_enable_debugging_cache", None)
+    assert pyspark_errors.is_debugging_enabled() is False
+    sent = []
+    send = py4j.java_gateway.GatewayClient.send_command
+
+    def counted(client, command, *args, **kwargs):
+        sent.append(command)
+        return send(client, command, *args, **kwargs)
+
+    monkeypatch.setattr(py4j.java_gateway.GatewayClient, "send_command", counted)
+
+    F.col("total").cast("long").alias("units")
+
+    assert not [command for command in sent if "PySparkCurrentOrigin" in command]
+    # col, cast and alias: a call and a reflective look-up each (reference releases aside). With the call sites
+    # recorded, each also looks up the active session, a setting and the origin class, and sets and clears it.
+    calls = [command for command in sent if not command.startswith("m\n")]
+    assert len(calls) <= 8, calls
