@@ -90,8 +90,10 @@ def spark_conf(
         "spark.sql.execution.arrow.pyspark.enabled": "false",
         # PySpark 4 sends the Python call site of every Column and DataFrame call to the JVM, so an error can name
         # the line that built the failing expression: about a dozen py4j round trips per call (the active session,
-        # the origin class by reflection, a setting, set and clear). Building a day's analysis made 15,749 round
-        # trips with it and 6,989 without (docs/PERFORMANCE.md, "Nightly analytics"). On with verbosity 2
+        # the origin class by reflection, a setting, set and clear). The class archive's warm-up, a day's analysis
+        # on a few rows, made 15,749 round trips with it and 6,989 without (docs/PERFORMANCE.md, "Nightly
+        # analytics"). PySpark decides at the first call and keeps the answer, so without this setting it depends
+        # on which thread makes that call (one with no active session turns it off). On with verbosity 2
         # (`run_nightly_reports -v 2`), for a run being debugged; an error names the failing expression either way.
         DATAFRAME_DEBUGGING: "true" if verbose else "false",
     }
