@@ -11,6 +11,7 @@ from pathlib import Path
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
+from pyspark.errors import utils as pyspark_errors
 from pyspark.sql import SparkSession
 
 from analytics import class_archive
@@ -92,9 +93,8 @@ def spark_conf(
         # the line that built the failing expression: about a dozen py4j round trips per call (the active session,
         # the origin class by reflection, a setting, set and clear). The class archive's warm-up, a day's analysis
         # on a few rows, made 15,749 round trips with it and 6,989 without (docs/PERFORMANCE.md, "Nightly
-        # analytics"). PySpark decides at the first call and keeps the answer, so without this setting it depends
-        # on which thread makes that call (one with no active session turns it off). On with verbosity 2
-        # (`run_nightly_reports -v 2`), for a run being debugged; an error names the failing expression either way.
+        # analytics"). On with verbosity 2 (`run_nightly_reports -v 2`), for a run being debugged; an error names the
+        # failing expression either way. spark_session_create makes PySpark read it.
         DATAFRAME_DEBUGGING: "true" if verbose else "false",
     }
     conf.update(tuning or {})
@@ -130,6 +130,10 @@ def spark_session_create(
         with child_stderr_filtered():
             spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
+    # PySpark reads DATAFRAME_DEBUGGING once per process, at the first DataFrame call, from the session active on the
+    # calling thread. The job's first calls are made on extract threads, where no session is active, which PySpark
+    # reads as "off" whatever the setting: it reads it here instead, on the thread that started this session.
+    pyspark_errors.is_debugging_enabled()
     return spark
 
 

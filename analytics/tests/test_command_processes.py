@@ -139,3 +139,34 @@ def test_both_services_in_one_database(one_database, tmp_path):
     assert found.returncode == 0, found.stdout + found.stderr[-3000:]
     report = json.loads((tmp_path / "reports" / str(DAY) / "consistency.json").read_text())
     assert {name: check["sample"] for name, check in report["checks"].items()} == planted
+
+
+CALL_SITES_PROBE = """
+import threading
+import django
+django.setup()
+from pyspark.errors import utils
+from pyspark.sql import functions as F
+from analytics.spark import spark_session_create
+spark = spark_session_create(master="local[1]", verbose={verbose})
+# The job's first DataFrame calls are made on extract threads, with no active session there.
+first = threading.Thread(target=lambda: F.col("total").alias("units"))
+first.start()
+first.join()
+print("recorded" if utils.is_debugging_enabled() else "not recorded")
+spark.stop()
+"""
+
+
+@pytest.mark.parametrize(("verbose", "expected"), [(True, "recorded"), (False, "not recorded")])
+def test_call_sites_are_recorded_in_a_verbose_run_only_whichever_thread_calls_first(tmp_path, verbose, expected):
+    done = subprocess.run(
+        [sys.executable, "-c", CALL_SITES_PROBE.format(verbose=verbose)],
+        cwd=settings.BASE_DIR,
+        env=command_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == expected
