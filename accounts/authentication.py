@@ -14,6 +14,11 @@ every process alike since the cache is shared (``token_cache_invalidation_connec
 writes that send no signals (``QuerySet.update``) wait out the time to live. While the cache is down every request
 reads the database and a warning is logged once a minute. Behaviour is DRF's: same header, same errors, same
 inactive-user refusal.
+
+The order request needs the token and a count under its user's rate limit, two Redis round trips; the throttle's key
+needs the user, which the token names. Each process remembers which user each token it has seen belongs to (a token
+never changes hands; the cached row says whose it is, and is checked), so from a token's second request on, its row
+and its user's count come in one round trip (``token_by_key_counted``).
 """
 
 import logging
@@ -35,6 +40,7 @@ from accounts.keys import digests_equal, key_digest, key_prefix
 from accounts.models import ApiToken
 from core import sql
 from core.cache import CacheDownLog, cache_get
+from core.throttling import SharedCacheUserRateThrottle, cached_then_count
 
 logger = logging.getLogger(__name__)
 cache_down = CacheDownLog(
@@ -42,6 +48,10 @@ cache_down = CacheDownLog(
 )
 # The token's columns the look-up reads before the user's: the digest first, compared before anything is converted.
 TOKEN_FIELDS = ("digest", "id", "expires_at")
+# Tokens whose user a process remembers (token_by_key_counted): the map is emptied when it reaches this many, about a
+# megabyte; a token it no longer holds costs its next request one more round trip.
+TOKEN_USERS_KEPT = 10_000
+_token_users: dict[str, int] = {}
 
 
 @cache
@@ -127,14 +137,21 @@ def _read(key: str, digest: str) -> tuple | None:
     return None
 
 
+def _from_entry(entry: tuple) -> AuthenticatedToken:
+    row, token_id, expires_at = entry
+    return AuthenticatedToken(token_id, get_user_model().from_db(connection.alias, _cached_attnames(), row), expires_at)
+
+
 def token_by_key(key: str) -> AuthenticatedToken | None:
     """Return the API token whose key is `key`, its user loaded (active or not; expired or not), or None."""
-    digest = key_digest(key)
+    return _token_by_digest(key, key_digest(key))
+
+
+def _token_by_digest(key: str, digest: str, *, cache_read: bool = True) -> AuthenticatedToken | None:
     lifetime = settings.API_TOKEN_CACHE_SECONDS
-    entry = _cached_entry(digest) if lifetime else None
+    entry = _cached_entry(digest) if lifetime and cache_read else None
     if entry is not None:
-        row, token_id, expires_at = entry
-        user = get_user_model().from_db(connection.alias, _cached_attnames(), row)
+        token = _from_entry(entry)
     else:
         found = _read(key, digest)
         if found is None:
@@ -146,7 +163,49 @@ def token_by_key(key: str) -> AuthenticatedToken | None:
                 caches["default"].set(token_cache_key(digest), (row, token_id, expires_at), timeout=lifetime)
             except RedisError as exc:
                 cache_down.failed(exc)
-    return AuthenticatedToken(token_id, user, expires_at)
+        token = AuthenticatedToken(token_id, user, expires_at)
+    if len(_token_users) >= TOKEN_USERS_KEPT:
+        _token_users.clear()
+    _token_users[digest] = token.user.pk
+    return token
+
+
+class CountedToken(NamedTuple):
+    """A token look-up that also counted the request under its user's rate limit, or did not (count None)."""
+
+    token: AuthenticatedToken | None
+    count: int | None
+    count_key: str | None
+
+
+def token_by_key_counted(key: str, throttle: SharedCacheUserRateThrottle) -> CountedToken:
+    """Return token_by_key(key) and, when this process knows the token's user and its row is cached, the request
+    counted under that user's window of `throttle`, in the same round trip; otherwise nothing is counted (count None)
+    and the caller asks the throttle itself.
+
+    Counted, the request is the token's user's: the cached row names the user, and a row naming another (a token moved
+    to another user) takes the count back and is answered as not counted.
+    """
+    digest = key_digest(key)
+    user_id = _token_users.get(digest)
+    count_key = throttle.user_window_key(user_id) if user_id is not None else None
+    if count_key is not None and settings.API_TOKEN_CACHE_SECONDS:
+        try:
+            found = cached_then_count(caches["default"], token_cache_key(digest), count_key, ttl=throttle.window_ttl)
+        except RedisError as exc:
+            cache_down.failed(exc)
+            found = None
+        if found is not None:
+            entry, count = found
+            token = _from_entry(entry)
+            if token.user.pk == user_id:
+                return CountedToken(token, count, count_key)
+            throttle.uncount(count_key)
+            _token_users[digest] = token.user.pk
+            return CountedToken(token, None, None)
+        # Not cached (or the cache is down): the database has it, asked once.
+        return CountedToken(_token_by_digest(key, digest, cache_read=False), None, None)
+    return CountedToken(_token_by_digest(key, digest), None, None)
 
 
 def token_cache_forget(digests: list[str]) -> None:
@@ -189,7 +248,23 @@ class TokenAuthentication(authentication.TokenAuthentication):
     """``Authorization: Token <key>``, looked up in the cache or one raw query (see the module docstring)."""
 
     def authenticate_credentials(self, key: str):
-        token = token_by_key(key)
+        return self._accepted(token_by_key(key))
+
+    def authenticate_credentials_counted(self, key: str, throttle: SharedCacheUserRateThrottle):
+        """Return (user, token, count) as authenticate_credentials returns (user, token), with the request counted by
+        `throttle` where token_by_key_counted could (count None where not). A refused token's request is not counted:
+        DRF refuses it before any throttle runs.
+        """
+        counted = token_by_key_counted(key, throttle)
+        try:
+            user, token = self._accepted(counted.token)
+        except exceptions.AuthenticationFailed:
+            if counted.count_key is not None:
+                throttle.uncount(counted.count_key)
+            raise
+        return user, token, counted.count
+
+    def _accepted(self, token: AuthenticatedToken | None):
         if token is None:
             raise exceptions.AuthenticationFailed(_("Invalid token."))
         if token.is_expired():

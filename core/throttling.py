@@ -1,6 +1,7 @@
 """Rate limits counted in the shared cache (Redis): exact across processes, and open when the cache is down."""
 
 import logging
+from typing import Any
 
 from redis.commands.core import Script
 from redis.exceptions import RedisError
@@ -23,6 +24,21 @@ WINDOW_COUNT_INCR = Script(
 )
 
 
+# GET one key and, only when it holds a value, count one more request under a second key as WINDOW_COUNT_INCR does:
+# one round trip for a request that needs a cached value and a count, the value deciding whether there is a request to
+# count (the order's cached API token, then its user's rate limit: accounts/authentication.token_by_key_counted).
+CACHED_THEN_COUNT = Script(
+    None,
+    b"local v = redis.call('GET', KEYS[1]) if not v then return nil end"
+    b" local n = redis.call('INCR', KEYS[2]) if n == 1 then redis.call('EXPIRE', KEYS[2], ARGV[1]) end"
+    b" return {v, n}",
+)
+
+# DECR only while the count lives: a count that expired meanwhile has nothing to take back, and a DECR would leave -1
+# under its key with no expiry.
+WINDOW_COUNT_DECR = Script(None, b"if redis.call('EXISTS', KEYS[1]) == 1 then return redis.call('DECR', KEYS[1]) end")
+
+
 def window_count_incr(cache, key: str, *, ttl: int) -> int:
     """Count one more request under `key` in Django's Redis `cache` and return the count, in one round trip.
 
@@ -30,6 +46,18 @@ def window_count_incr(cache, key: str, *, ttl: int) -> int:
     """
     key = cache.make_and_validate_key(key)
     return WINDOW_COUNT_INCR(keys=[key], args=[ttl], client=shared_client(cache, write=True))
+
+
+def cached_then_count(cache, key: str, count_key: str, *, ttl: int) -> tuple[Any, int] | None:
+    """Return `cache.get(key)` and the count under `count_key` after one more, in one round trip, when `key` holds a
+    value; None, with nothing counted, when it does not. The count expires as window_count_incr's does.
+    """
+    keys = [cache.make_and_validate_key(key), cache.make_and_validate_key(count_key)]
+    reply = CACHED_THEN_COUNT(keys=keys, args=[ttl], client=shared_client(cache, write=True))
+    if reply is None:
+        return None
+    value, count = reply
+    return cache._cache._serializer.loads(value), count
 
 
 class SharedCacheUserRateThrottle(UserRateThrottle):
@@ -51,15 +79,43 @@ class SharedCacheUserRateThrottle(UserRateThrottle):
         key = self.get_cache_key(request, view)
         if key is None:
             return True
-        window = int(self.timer() // self.duration)
-        self.window_ends_at = (window + 1) * self.duration
-        key = f"{key}:{window}"
+        key = self._in_window(key)
         try:
-            count = window_count_incr(self.cache, key, ttl=int(self.duration) + 1)
+            count = window_count_incr(self.cache, key, ttl=self.window_ttl)
         except RedisError as exc:
             cache_down.failed(exc)
             return True
+        return self.allows(count)
+
+    def user_window_key(self, user_id) -> str | None:
+        """Return the key counting the current window's requests of the user with this primary key (None: no limit),
+        as allow_request counts an authenticated user's; for a caller that counts with another command (the order's
+        token look-up), then asks allows() and, for a request it must not count after all, uncounts."""
+        if self.rate is None:
+            return None
+        return self._in_window(self.cache_format % {"scope": self.scope, "ident": user_id})
+
+    @property
+    def window_ttl(self) -> int:
+        """Seconds a window's count lives: a second past the window, so it never outlives it by much."""
+        return int(self.duration) + 1
+
+    def allows(self, count: int) -> bool:
+        """Return whether a request that brought its window's count to `count` is let through."""
         return count <= self.num_requests
+
+    def uncount(self, key: str) -> None:
+        """Take back one request counted under `key` (a request refused before the throttle would have counted it)."""
+        try:
+            key = self.cache.make_and_validate_key(key)
+            WINDOW_COUNT_DECR(keys=[key], client=shared_client(self.cache, write=True))
+        except RedisError as exc:
+            cache_down.failed(exc)
+
+    def _in_window(self, key: str) -> str:
+        window = int(self.timer() // self.duration)
+        self.window_ends_at = (window + 1) * self.duration
+        return f"{key}:{window}"
 
     def wait(self) -> float:
         """Return the seconds until the current window ends, at least one (DRF sends no Retry-After for zero)."""

@@ -3,11 +3,14 @@
 import logging
 import math
 import socket
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.cache import caches
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+from rest_framework.exceptions import AuthenticationFailed
 from rest_framework.test import APIClient
 
 from accounts import authentication
@@ -15,6 +18,7 @@ from accounts.keys import key_digest
 from accounts.models import ApiToken
 from accounts.services import api_token_create
 from accounts.tests.support import client_for
+from testkit.redis_commands import RedisCommands
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -165,3 +169,76 @@ def test_with_the_cache_down_tokens_are_read_from_the_database_with_one_warning(
     warnings = [r for r in caplog.records if r.name == "accounts.authentication" and r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert "token cache off" in warnings[0].getMessage()
+
+
+def count_under(throttle, user_id) -> int | None:
+    return caches["default"].get(throttle.user_window_key(user_id))
+
+
+@pytest.fixture
+def throttle(settings):
+    from orders.apis import OrderThrottle
+
+    settings.ORDERS_RATE_LIMIT = "100/minute"
+    return OrderThrottle()
+
+
+def test_a_known_token_and_its_users_count_come_in_one_round_trip(token, user, throttle, monkeypatch):
+    redis = RedisCommands(monkeypatch)
+
+    first = redis.during(lambda: authentication.token_by_key_counted(token, throttle))
+    counted = []
+    second = redis.during(lambda: counted.extend(authentication.token_by_key_counted(token, throttle)))
+
+    assert first == ["GET", "SET"]  # not known yet: looked up as ever, nothing counted (the caller's throttle counts)
+    assert second == ["EVALSHA"]
+    found, count, count_key = counted
+    assert (found.id, found.user.pk, count) == (ApiToken.objects.get().id, user.pk, 1)
+    assert count_key == throttle.user_window_key(user.pk)
+    assert authentication.token_by_key_counted(token, throttle).count == 2
+    assert count_under(throttle, user.pk) == 2
+
+
+def test_a_known_token_not_cached_any_more_is_read_once_and_not_counted(token, user, throttle, monkeypatch):
+    authentication.token_by_key(token)
+    caches["default"].delete(cache_key(token))
+    redis = RedisCommands(monkeypatch)
+
+    with CaptureQueriesContext(connection) as queries:
+        sent = redis.during(lambda: authentication.token_by_key_counted(token, throttle))
+
+    assert sent == ["EVALSHA", "SET"]
+    assert len(queries) == 1
+    assert count_under(throttle, user.pk) is None
+
+
+def test_a_refused_token_is_not_counted(token, user, throttle, monkeypatch):
+    ApiToken.objects.update(expires_at=timezone.now() + timedelta(hours=1))
+    authentication.token_by_key(token)  # known, cached with its expiry
+    monkeypatch.setattr(authentication.timezone, "now", lambda: datetime.max.replace(tzinfo=UTC))
+
+    with pytest.raises(AuthenticationFailed, match="expired"):
+        authentication.TokenAuthentication().authenticate_credentials_counted(token, throttle)
+
+    assert count_under(throttle, user.pk) == 0
+
+
+def test_a_token_another_user_holds_now_is_counted_for_no_one_else(token, user, other_user, throttle, monkeypatch):
+    authentication.token_by_key(token)
+    # This process remembers the token as another user's (as if it had changed hands since): the cached row decides.
+    monkeypatch.setitem(authentication._token_users, key_digest(token), other_user.pk)
+
+    found, count, _ = authentication.token_by_key_counted(token, throttle)
+
+    assert (found.user.pk, count) == (user.pk, None)
+    assert count_under(throttle, other_user.pk) == 0
+    assert authentication._token_users[key_digest(token)] == user.pk
+
+
+def test_the_tokens_users_a_process_remembers_are_bounded(user, monkeypatch):
+    monkeypatch.setattr(authentication, "TOKEN_USERS_KEPT", 2)
+    monkeypatch.setattr(authentication, "_token_users", {})
+    for _ in range(5):
+        authentication.token_by_key(api_token_create(user=user)[1])
+
+    assert 1 <= len(authentication._token_users) <= 2
