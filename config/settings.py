@@ -88,6 +88,8 @@ def _mariadb(url_variable: str, default_url: str) -> dict:
     database = env_database(url_variable, default_url)
     database.update(
         {
+            # Django's MySQL backend with a health check that makes no round trip (core/mysql/base.py).
+            "ENGINE": "core.mysql",
             # Persistent connections, checked before reuse, so a connection the server killed heals on the next
             # request.
             "CONN_MAX_AGE": env_int("DATABASE_CONN_MAX_AGE", 300, minimum=0),
