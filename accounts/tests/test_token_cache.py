@@ -242,3 +242,13 @@ def test_the_tokens_users_a_process_remembers_are_bounded(user, monkeypatch):
         authentication.token_by_key(api_token_create(user=user)[1])
 
     assert 1 <= len(authentication._token_users) <= 2
+
+
+def test_a_known_token_revoked_is_refused_and_not_counted(token, user, throttle):
+    authentication.token_by_key(token)  # known to this process, cached
+    delete_token(token)
+
+    with pytest.raises(AuthenticationFailed, match="Invalid token"):
+        authentication.TokenAuthentication().authenticate_credentials_counted(token, throttle)
+
+    assert count_under(throttle, user.pk) is None
