@@ -1,5 +1,6 @@
 """Database faults injected into the test process's own connections (mocking only to inject a fault)."""
 
+import MySQLdb
 from django.db import OperationalError
 
 
@@ -14,3 +15,18 @@ def rollback_refused(monkeypatch, connection) -> None:
         return real_execute(cursor, sql, params)
 
     monkeypatch.setattr(cursor_type, "execute", execute)
+
+
+def killed_by_the_server(connection) -> int:
+    """KILL `connection`'s session from another connection to the same server, as an operator or a timeout would;
+    return the killed session's id. `connection` must be open."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT CONNECTION_ID()")
+        (thread_id,) = cursor.fetchone()
+    params = connection.get_connection_params()
+    killer = MySQLdb.connect(**{k: params[k] for k in ("host", "port", "user", "password") if k in params})
+    try:
+        killer.cursor().execute(f"KILL CONNECTION {int(thread_id)}")
+    finally:
+        killer.close()
+    return thread_id

@@ -7,13 +7,13 @@ import io
 import json
 from wsgiref.util import setup_testing_defaults
 
-import MySQLdb
 import pytest
 from django.core.handlers.wsgi import WSGIHandler
 from django.db import connection
 
 from accounts.services import api_token_create
 from orders.models import Order
+from testkit.db_faults import killed_by_the_server
 
 
 def wsgi_post(handler: WSGIHandler, path: str, body: dict, token: str) -> int:
@@ -38,14 +38,7 @@ def test_killed_connection_heals_on_next_request(user):
     handler = WSGIHandler()
     token = api_token_create(user=user)[1]
     assert wsgi_post(handler, "/api/orders/", {"goods_name": "a", "total": 1}, token) == 201
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT CONNECTION_ID()")
-        (thread_id,) = cursor.fetchone()
-
-    params = connection.get_connection_params()
-    killer = MySQLdb.connect(**{k: params[k] for k in ("host", "port", "user", "password") if k in params})
-    killer.cursor().execute(f"KILL CONNECTION {int(thread_id)}")
-    killer.close()
+    killed_by_the_server(connection)
 
     assert wsgi_post(handler, "/api/orders/", {"goods_name": "b", "total": 2}, token) == 201
     assert Order.objects.count() == 2

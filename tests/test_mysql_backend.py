@@ -2,27 +2,18 @@
 one with an answer nobody read, is not reused."""
 
 import contextlib
-import time
 
-import MySQLdb
 import pytest
 from django.db import connection, connections
+
+from testkit.db_faults import killed_by_the_server
+from testkit.restarts import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-def server_connection():
-    params = connection.get_connection_params()
-    return MySQLdb.connect(**{k: params[k] for k in ("host", "port", "user", "password") if k in params})
-
-
-def wait_until(predicate, seconds: float = 5.0) -> bool:
-    deadline = time.monotonic() + seconds
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
+def unusable(db):
+    return lambda: not db.is_usable()
 
 
 @pytest.fixture
@@ -49,22 +40,15 @@ def test_an_idle_connection_is_usable_without_a_round_trip(fresh):
 
 
 def test_a_connection_the_server_closed_is_not_usable(fresh):
-    with fresh.cursor() as cursor:
-        cursor.execute("SELECT CONNECTION_ID()")
-        (thread_id,) = cursor.fetchone()
-    killer = server_connection()
-    try:
-        killer.cursor().execute(f"KILL CONNECTION {int(thread_id)}")
-    finally:
-        killer.close()
+    killed_by_the_server(fresh)
 
-    assert wait_until(lambda: not fresh.is_usable())
+    wait_for(unusable(fresh), timeout=5, what="the killed connection to be seen as unusable")
 
 
 def test_a_connection_with_an_unread_answer_is_not_usable(fresh):
     fresh.connection.send_query("SELECT 1")
 
-    assert wait_until(lambda: not fresh.is_usable())
+    wait_for(unusable(fresh), timeout=5, what="the unread answer to arrive")
 
 
 def test_a_connection_closed_on_this_side_is_not_usable(fresh):
@@ -74,15 +58,8 @@ def test_a_connection_closed_on_this_side_is_not_usable(fresh):
 
 
 def test_a_request_after_the_server_closed_the_connection_gets_a_new_one(fresh):
-    with fresh.cursor() as cursor:
-        cursor.execute("SELECT CONNECTION_ID()")
-        (before,) = cursor.fetchone()
-    killer = server_connection()
-    try:
-        killer.cursor().execute(f"KILL CONNECTION {int(before)}")
-    finally:
-        killer.close()
-    assert wait_until(lambda: not fresh.is_usable())
+    before = killed_by_the_server(fresh)
+    wait_for(unusable(fresh), timeout=5, what="the killed connection to be seen as unusable")
 
     fresh.close_if_unusable_or_obsolete()  # what Django does as a request starts: the next use is checked
     with fresh.cursor() as cursor:
