@@ -3,7 +3,7 @@
 A URLconf (selected by the settings in bench/bare.py) whose ``POST /api/orders/`` is one Django function view that
 does only the work our guarantees need, through the service's own functions: the API token from the shared cache
 and the per-user counter in Redis (``orders.apis.OrderThrottle``), in one round trip for a token the process has seen
-(``accounts.authentication.token_by_key_counted``), the JSON
+(``accounts.authentication.TokenAuthentication.authenticate_credentials_counted``), the JSON
 body (plain values only, ``orders.apis.plain_order_fields``), ``orders.services.order_create`` (the one-round-trip
 batch with the idempotency record, the relay's wake-up) and the answer (``orders.apis.order_data``). No DRF request,
 negotiation, serializer or renderer; a body of anything but plain values is a 400 (the service would run its
@@ -22,8 +22,9 @@ import json
 from django.http import HttpResponse, JsonResponse
 from django.urls import path
 from django.views.decorators.csrf import csrf_exempt
+from rest_framework.exceptions import AuthenticationFailed
 
-from accounts.authentication import token_by_key_counted
+from accounts.authentication import TokenAuthentication
 from config.urls import urlpatterns as service_urlpatterns
 from orders import selectors
 from orders.apis import IDEMPOTENCY_META_KEY, OrderListCreateApi, OrderThrottle, order_data, plain_order_fields
@@ -39,13 +40,14 @@ def bare_order_create(request):
     if request.method != "POST":
         return _refused(405, "Method not allowed.")
     scheme, _, key = request.META.get("HTTP_AUTHORIZATION", "").partition(" ")
-    throttle = OrderThrottle()
-    token, count, count_key = token_by_key_counted(key, throttle) if scheme == "Token" and key else (None, None, None)
-    if token is None or token.is_expired() or not token.user.is_active:
-        if count_key is not None:
-            throttle.uncount(count_key)
+    if scheme != "Token" or not key:
         return _refused(401, "Invalid token.")
-    user = request.user = token.user
+    throttle = OrderThrottle()
+    try:
+        user, _, count = TokenAuthentication().authenticate_credentials_counted(key, throttle)
+    except AuthenticationFailed:
+        return _refused(401, "Invalid token.")
+    request.user = user
     if not (throttle.allow_request(request, None) if count is None else throttle.allows(count)):
         return _refused(429, "Request was throttled.")
     try:
