@@ -34,6 +34,8 @@ app.conf.update(
     # The broker confirms every publish, so a publish that returned reached the broker.
     broker_transport_options={"confirm_publish": True},
     broker_connection_retry_on_startup=True,
+    # Beat's scheduler: Celery's file-backed one, whose goodbye to the broker on SIGTERM cannot hang (core/beat.py).
+    beat_scheduler="core.beat:Scheduler",
     # Ack after the task ran, and requeue when the worker process dies mid-task: at-least-once delivery,
     # made exactly-once in effect by the consumer's UNIQUE order_id.
     task_acks_late=True,
