@@ -3,7 +3,8 @@
 This module wires the stages together and collects the small per-day results the reports are made of; the
 Spark work itself is in extract (I/O), transforms and checks (pure), and load (I/O); the collected rows become
 DayResults in results (pure); the run's lock, history row and progress are runs'. The stages a warm-up also runs
-(analytics/warm_up.py) are public: `partition_by_order`, `analyse`, `collect_together`.
+(analytics/warm_up.py) are public: `partition_by_order`, `analyse`, `collect_together`; so is `window_bounds`, which
+bench/analytics_floor.py reads by as the job does.
 """
 
 import json
@@ -79,7 +80,7 @@ def run_nightly(
     sources = extract.sources()
     with ExitStack() as stack:
         with progress.stage("spark session") as facts:
-            plan = extract.plan_window(sources, **_read_window(period))
+            plan = extract.plan_window(sources, **window_bounds(period))
             spark = stack.enter_context(spark_session(tuning=tuning_for(plan.orders.rows), verbose=verbose))
             facts["master"] = spark.sparkContext.master
             facts["shuffle_partitions"] = spark.conf.get("spark.sql.shuffle.partitions")
@@ -98,7 +99,7 @@ def run_nightly(
             spark.catalog.clearCache()
 
 
-def _read_window(period: Period) -> dict[str, datetime]:
+def window_bounds(period: Period) -> dict[str, datetime]:
     """Return the instants the job reads between: the period and ANALYTICS_LOOKBACK_HOURS on each side, so credits
     awarded after midnight meet their orders.
     """

@@ -87,7 +87,7 @@ def look_up_missing(
         if rows is not None:
             wanted = candidates.where(F.col("kind") == name).select(F.col("id").alias(kind.frame_column))
             reads[name] = _conformed(kind, rows).join(wanted, kind.frame_column, "left_semi").cache()
-    found = dict.fromkeys(KINDS, 0) | _count_together(reads)
+    found = dict.fromkeys(KINDS, 0) | count_together(reads)
     additions = {}
     for name, rows in reads.items():
         kind = KINDS[name]
@@ -95,7 +95,7 @@ def look_up_missing(
             additions[kind.frame] = _with_rows(getattr(data, kind.frame), rows, kind.frame_column)
     if additions:
         # Filled before the frames they extend are dropped from the cache (else they would be read again).
-        _count_together(additions)
+        count_together(additions)
         for frame in additions:
             getattr(data, frame).unpersist()
         for df in checked.values():
@@ -142,7 +142,7 @@ def _with_rows(frame: DataFrame, rows: DataFrame, column: str) -> DataFrame:
     return frame.unionByName(rows.repartition(partitions, column)).sortWithinPartitions(column).cache()
 
 
-def _count_together(frames: dict[str, DataFrame]) -> dict[str, int]:
+def count_together(frames: dict[str, DataFrame]) -> dict[str, int]:
     """Count (and so fill the cache of) several frames in one Spark job."""
     union = None
     for name, df in frames.items():

@@ -23,6 +23,8 @@ bench fails unless Spark and the baseline both find exactly the planted violatio
 
 `--seed-only` seeds one size and stops; `--skip-seed` measures what the last seed left (it remembers the day and
 the planted violations in a file in the temporary directory); `--cluster-only` runs only the cluster variant.
+`--floor` adds, to each round of the day, bench/analytics_floor.py: the least a Spark run must do (start, read the
+day, shuffle it by order id, pair it once) with no checks, so what the job spends above it is measured in the round.
 """
 
 import argparse
@@ -78,6 +80,8 @@ PROGRESS_SECONDS = 15
 CLUSTER_WORKERS, CLUSTER_WORKER_CORES = 2, 1
 CLUSTER_WORKER_MEMORY, CLUSTER_EXECUTOR_MEMORY = "3g", "2g"
 MIB = 1024 * 1024
+# The variant that reads, shuffles and pairs a day without checking anything (bench/analytics_floor.py).
+FLOOR = "spark floor, day"
 
 
 def database_names() -> dict[str, str]:
@@ -172,14 +176,34 @@ def process_cpu() -> float:
 
 def spark_run(end: date, days: int, reports: Path, *, env: dict[str, str], cluster_pids: list[int]) -> dict:
     """Run `manage.py run_nightly_reports` in a new process; return its figures and the violations found per check."""
-    gc_dir = Path(tempfile.mkdtemp(prefix="bench-gc-", dir=reports))
     command = [sys.executable, str(ROOT / "manage.py"), "run_nightly_reports", "--date", str(end), "--days", str(days)]
-    env = {
-        **os.environ,
-        "REPORTS_DIR": str(reports),
-        "JAVA_TOOL_OPTIONS": f"-Xlog:gc:file={gc_dir}/gc-%p.log",
-        **env,
-    }
+    run, stdout = spark_process(command, reports, env={"REPORTS_DIR": str(reports), **env}, cluster_pids=cluster_pids)
+    found = None
+    if run["exit_code"] == 0:
+        found = dict.fromkeys(CHECK_NAMES, 0)
+        for day in Period.ending(end, days=days).dates:
+            checks = json.loads((reports / str(day) / "consistency.json").read_text())["checks"]
+            for name in CHECK_NAMES:
+                found[name] += checks[name]["count"]
+    return {**run, "stages": [line.strip() for line in stdout.splitlines() if "done in" in line], "found": found}
+
+
+def floor_run(end: date, reports: Path) -> dict:
+    """Run bench/analytics_floor.py (a day read, shuffled and paired once, no checks) in a new process; return its
+    figures and its parts. It checks nothing, so it has no violations found.
+    """
+    command = [sys.executable, str(ROOT / "bench" / "analytics_floor.py"), "--date", str(end), "--days", "1"]
+    run, stdout = spark_process(command, reports, env={}, cluster_pids=[])
+    floor = json.loads(stdout.splitlines()[-1]) if run["exit_code"] == 0 else {}
+    return {**run, "parts": floor.get("parts"), "rows": floor.get("rows"), "found": None}
+
+
+def spark_process(
+    command: list[str], reports: Path, *, env: dict[str, str], cluster_pids: list[int]
+) -> tuple[dict, str]:
+    """Run a Spark driver command in a new process; return its figures (wall, CPU per role, memory) and its stdout."""
+    gc_dir = Path(tempfile.mkdtemp(prefix="bench-gc-", dir=reports))
+    env = {**os.environ, "JAVA_TOOL_OPTIONS": f"-Xlog:gc:file={gc_dir}/gc-%p.log", **env}
     with (
         tempfile.TemporaryFile("w+") as out,
         tempfile.TemporaryFile("w+") as err,
@@ -202,14 +226,7 @@ def spark_run(end: date, days: int, reports: Path, *, env: dict[str, str], clust
     executor_cpu = sum(seen.cpu_seconds for seen in executors)
     daemon_cpu = sum(seen.cpu_seconds for seen in daemons)
     heap = gc_log_peaks(gc_dir / f"gc-{seen.pid}.log" for seen in drivers if (gc_dir / f"gc-{seen.pid}.log").exists())
-    found = None
-    if process.returncode == 0:
-        found = dict.fromkeys(CHECK_NAMES, 0)
-        for day in Period.ending(end, days=days).dates:
-            checks = json.loads((reports / str(day) / "consistency.json").read_text())["checks"]
-            for name in CHECK_NAMES:
-                found[name] += checks[name]["count"]
-    return {
+    run = {
         "exit_code": process.returncode,
         "wall_seconds": round(wall, 1),
         "cpu_seconds": round(processes.total_cpu_seconds(), 1),
@@ -229,9 +246,8 @@ def spark_run(end: date, days: int, reports: Path, *, env: dict[str, str], clust
         "driver_heap_committed_peak_bytes": heap["heap_committed_peak_bytes"] or None,
         "driver_python_peak_rss_bytes": python.peak_rss_bytes,
         "executor_peak_rss_bytes": max((seen.peak_rss_bytes for seen in executors), default=None),
-        "stages": [line.strip() for line in stdout.splitlines() if "done in" in line],
-        "found": found,
     }
+    return run, stdout
 
 
 def baseline_run(end: date, days: int) -> dict:
@@ -267,12 +283,18 @@ def record(runs: list[dict], orders: int, variant: str, attempt: int, run: dict)
 
 
 def mismatches(runs: list[dict], planted: dict[int, dict[str, int]]) -> list[str]:
-    """Every run that failed or whose violations differ from what was planted in its data."""
-    return [
-        f"{run['orders']:,} orders, {run['variant']} #{run['attempt']}: found {run['found']}, planted {want}"
-        for run in runs
-        if run["found"] != (want := planted[run["orders"]])
-    ]
+    """Every run that failed or whose violations differ from what was planted in its data (the floor checks nothing:
+    it only has to succeed).
+    """
+    wrong = []
+    for run in runs:
+        name = f"{run['orders']:,} orders, {run['variant']} #{run['attempt']}"
+        if run["variant"] == FLOOR:
+            if run["exit_code"] != 0:
+                wrong.append(f"{name}: failed (exit {run['exit_code']})")
+        elif run["found"] != (want := planted[run["orders"]]):
+            wrong.append(f"{name}: found {run['found']}, planted {want}")
+    return wrong
 
 
 def markdown(seeds: list[dict], runs: list[dict]) -> str:
@@ -305,7 +327,12 @@ def markdown(seeds: list[dict], runs: list[dict]) -> str:
             split = f"{cpu['driver_jvm']} / {cpu['driver_python']} / {cpu['executors']}"
             python_rss, jvm_rss = run["driver_python_peak_rss_bytes"], run["driver_jvm_peak_rss_bytes"]
             heap = f"{mib(run['driver_heap_used_peak_bytes'])} / {mib(run['driver_heap_committed_peak_bytes'])}"
-        found = sum(run["found"].values()) if run["found"] else f"failed (exit {run.get('exit_code')})"
+        if run["found"]:
+            found = sum(run["found"].values())
+        elif run["variant"] == FLOOR and run["exit_code"] == 0:
+            found = "- (no checks)"
+        else:
+            found = f"failed (exit {run.get('exit_code')})"
         lines.append(
             f"| {run['orders']:,} | {run['variant']} | {run['attempt']} | {run['wall_seconds']} | {run['cpu_seconds']} "
             f"| {split} | {run['database_threads_cpu_seconds']} / {run['database_whole_server_cpu_seconds']} "
@@ -334,6 +361,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="timed runs of each variant, interleaved")
     parser.add_argument(
         "--cluster", action="store_true", help="also run the largest size's day on a two-worker standalone cluster"
+    )
+    parser.add_argument(
+        "--floor",
+        action="store_true",
+        help="also run, each time, the day's read, shuffle and one pairing without checks (bench/analytics_floor.py)",
     )
     parser.add_argument(
         "--cluster-only",
@@ -391,6 +423,8 @@ def main() -> None:
                     if not args.cluster_only:
                         run = spark_run(end, days, Path(reports), env={}, cluster_pids=[])
                         record(results["runs"], orders, f"spark local, {scope}", attempt, run)
+                        if args.floor and days == 1:
+                            record(results["runs"], orders, FLOOR, attempt, floor_run(end, Path(reports)))
                         record(
                             results["runs"],
                             orders,

@@ -12,11 +12,17 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
+from analytics.extract import ORDER_BUSINESS
+from analytics.jobs import window_bounds
+from analytics.period import Period
 from bench import proc_stats
 from bench.analytics_baseline import sql_baseline
 from bench.proc_stats import ServerThreads, TreeSampler, gc_log_peaks, server_pid
+from credits.models import OrderCredit
 from demo.plant import plant_inconsistencies
 from demo.seed import seed_demo_data
+from orders.models import Order
+from outbox.models import TransactionLog
 from testkit.mariadb_server import MariaDBServer
 from testkit.processes import free_port, service_env
 
@@ -123,11 +129,14 @@ def test_skip_seed_without_a_seed_says_what_to_do():
 
 @pytest.mark.slow
 def test_the_bench_seeds_a_small_day_and_measures_spark_and_the_baseline(transactional_db, tmp_path):
-    """The whole bench, end to end, on this run's test databases: seed, then one Spark run and one baseline run."""
+    """The whole bench, end to end, on this run's test databases: seed, then one Spark run, one run of the floor
+    (reads, shuffle and one pairing, no checks) and one baseline run.
+    """
     results = tmp_path / "results.json"
+    command = ["bench/bench_analytics.py", "--reset", "--orders", "3000", "--days", "1", "--floor", "--json", results]
 
     completed = subprocess.run(
-        [sys.executable, "bench/bench_analytics.py", "--reset", "--orders", "3000", "--days", "1", "--json", results],
+        [sys.executable, *command],
         cwd=Path(__file__).resolve().parents[1],
         capture_output=True,
         text=True,
@@ -138,8 +147,30 @@ def test_the_bench_seeds_a_small_day_and_measures_spark_and_the_baseline(transac
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     measured = json.loads(results.read_text())
     planted = measured["seeds"][0]["planted"]
-    assert {run["variant"] for run in measured["runs"]} == {"spark local, day", "sql"}
+    assert {run["variant"] for run in measured["runs"]} == {"spark local, day", "spark floor, day", "sql"}
     assert sum(planted.values()) > 0
     for run in measured["runs"]:
-        assert run["found"] == planted
+        assert run["found"] == (None if run["variant"] == "spark floor, day" else planted)
         assert run["wall_seconds"] > 0 and run["cpu_seconds"] > 0
+    (floor,) = (run for run in measured["runs"] if run["variant"] == "spark floor, day")
+    assert floor["rows"] == rows_in_the_read_window(DAY)
+    assert floor["cpu"]["driver_jvm"] > 0 and floor["driver_heap_used_peak_bytes"] > 0
+    assert list(floor["parts"]) == [
+        "python and django",
+        "plan the window",
+        "spark session",
+        "read, shuffle by order id, cache",
+        "pair orders with credits once",
+        "stop the session",
+    ]
+
+
+def rows_in_the_read_window(day) -> dict[str, int]:
+    """The rows the job reads for a day (its window: the day and the look-back around it), counted in SQL."""
+    window = window_bounds(Period.ending(day))
+    within = {"created_at__gte": window["start"], "created_at__lt": window["end"]}
+    return {
+        "orders": Order.objects.filter(**within).count(),
+        "logs": TransactionLog.objects.filter(business=ORDER_BUSINESS, **within).count(),
+        "credits": OrderCredit.objects.filter(**within).count(),
+    }
