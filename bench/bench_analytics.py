@@ -195,7 +195,7 @@ def floor_run(end: date, reports: Path) -> dict:
     command = [sys.executable, str(ROOT / "bench" / "analytics_floor.py"), "--date", str(end), "--days", "1"]
     run, stdout = spark_process(command, reports, env={}, cluster_pids=[])
     floor = json.loads(stdout.splitlines()[-1]) if run["exit_code"] == 0 else {}
-    return {**run, "parts": floor.get("parts"), "rows": floor.get("rows"), "found": None}
+    return {**run, **{key: floor.get(key) for key in ("parts", "rows", "uncredited")}, "found": None}
 
 
 def spark_process(

@@ -154,6 +154,8 @@ def test_the_bench_seeds_a_small_day_and_measures_spark_and_the_baseline(transac
         assert run["wall_seconds"] > 0 and run["cpu_seconds"] > 0
     (floor,) = (run for run in measured["runs"] if run["variant"] == "spark floor, day")
     assert floor["rows"] == rows_in_the_read_window(DAY)
+    # Its one pairing: the window's orders without a credit in the window, the planted missing credits among them.
+    assert floor["uncredited"] >= planted["missing_credit"] > 0
     assert floor["cpu"]["driver_jvm"] > 0 and floor["driver_heap_used_peak_bytes"] > 0
     assert list(floor["parts"]) == [
         "python and django",
