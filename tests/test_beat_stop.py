@@ -11,12 +11,12 @@ import subprocess
 import time
 
 import pytest
+from django.conf import settings
 
 from testkit.broker_proxy import BrokerProxy
+from testkit.harness import VENV_BIN
 from testkit.processes import free_port, service_env
 from testkit.restarts import wait_for
-
-VENV_CELERY = ".venv/bin/celery"
 
 
 @pytest.fixture
@@ -38,7 +38,8 @@ def test_beat_stops_on_sigterm_while_the_broker_withholds_its_confirm(proxy, tmp
     env = service_env(CELERY_BROKER_URL=proxy.url, OUTBOX_SWEEP_SECONDS="1")
     with log.open("w") as out:
         beat = subprocess.Popen(
-            [VENV_CELERY, "-A", "config", "beat", "-l", "INFO", "-s", str(schedule)],
+            [str(VENV_BIN / "celery"), "-A", "config", "beat", "-l", "INFO", "-s", str(schedule)],
+            cwd=settings.BASE_DIR,
             env=env,
             stdout=out,
             stderr=subprocess.STDOUT,
