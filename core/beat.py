@@ -5,7 +5,9 @@ broker's answer. Beat's publishes wait for the broker's confirm (config/celery.p
 beat reads that confirm, and the handler then reads the goodbye's answer on the same socket from inside that read. A
 broker slow to answer, or a frame the interrupted read had half taken, kept beat waiting for ever (seen in CI: beat
 still running 120 s after SIGTERM; tests/test_beat_stop.py reproduces it with a broker that withholds its replies).
-The goodbye now has GOODBYE_SECONDS; the schedule is saved before it either way.
+Beat's own socket timeout (`--socket-timeout`, 30 s, a process-wide default) does not reach it: py-amqp sets the
+connection's socket back to blocking once connected. The goodbye now has GOODBYE_SECONDS; the schedule is saved
+before it either way.
 """
 
 from celery.beat import PersistentScheduler
