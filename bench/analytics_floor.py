@@ -3,14 +3,14 @@
 Any Spark job that pairs a day's orders with their outbox rows and credits has to start Django and the JVM, plan
 the read window, read the three tables over JDBC and bring each order's rows together (a shuffle by order id). This
 script does exactly that, the job's way (analytics.jobs' window, extract's reads, the session and tuning a run
-uses), then pairs the cached frames once: the missing-credit anti-join, counted. It runs no other check, no
-analytics and writes nothing. Run by bench_analytics.py --floor beside the job and the baseline, in a process of
-its own, so the time a run spends above this floor is measured in the same round:
+uses), then pairs the cached frames once: the job's missing-credit check (analytics.checks), counted before any
+look-up. It runs no other check, no analytics and writes nothing. Run by bench_analytics.py --floor beside the job
+and the baseline, in a process of its own, so the time a run spends above this floor is measured in the same round:
 
     python bench/analytics_floor.py --date YYYY-MM-DD [--days N]
 
-prints one JSON line: the wall and this process's CPU seconds of each part (from the process's start), and the
-rows of each frame.
+prints one JSON line: the wall and this process's CPU seconds of each part (from the process's start), the rows of
+each frame, and the orders the check names.
 """
 
 import time
@@ -31,9 +31,11 @@ import django  # noqa: E402
 
 django.setup()
 
-from pyspark.sql import functions as F  # noqa: E402
+from django.conf import settings  # noqa: E402
+from django.utils import timezone  # noqa: E402
 
 from analytics import extract  # noqa: E402
+from analytics.checks import CheckContext, check_missing_credit  # noqa: E402
 from analytics.jobs import partition_by_order, window_bounds  # noqa: E402
 from analytics.lookups import count_together  # noqa: E402
 from analytics.period import Period  # noqa: E402
@@ -69,8 +71,8 @@ def floor(end: date, days: int) -> dict:
         data = partition_by_order(extract.extract_window(spark, sources, plan))
         rows = count_together({"orders": data.orders, "logs": data.logs, "credits": data.credits})
         parts.done("read, shuffle by order id, cache")
-        credited = data.credits.select(F.col("order_id").alias("id"))
-        uncredited = data.orders.join(credited, "id", "left_anti").count()
+        ctx = CheckContext(period=period, as_of=timezone.now(), grace_seconds=settings.CONSISTENCY_GRACE_SECONDS)
+        uncredited = check_missing_credit(data.orders, data.credits, ctx).count()
         parts.done("pair orders with credits once")
     parts.done("stop the session")
     return {"parts": parts.parts, "rows": rows, "uncredited": uncredited}

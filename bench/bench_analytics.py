@@ -24,7 +24,7 @@ bench fails unless Spark and the baseline both find exactly the planted violatio
 `--seed-only` seeds one size and stops; `--skip-seed` measures what the last seed left (it remembers the day and
 the planted violations in a file in the temporary directory); `--cluster-only` runs only the cluster variant.
 `--floor` adds, to each round of the day, bench/analytics_floor.py: the least a Spark run must do (start, read the
-day, shuffle it by order id, pair it once) with no checks, so what the job spends above it is measured in the round.
+day, shuffle it by order id, pair it once) and nothing more, so what the job spends above it is measured in the round.
 """
 
 import argparse
@@ -80,7 +80,7 @@ PROGRESS_SECONDS = 15
 CLUSTER_WORKERS, CLUSTER_WORKER_CORES = 2, 1
 CLUSTER_WORKER_MEMORY, CLUSTER_EXECUTOR_MEMORY = "3g", "2g"
 MIB = 1024 * 1024
-# The variant that reads, shuffles and pairs a day without checking anything (bench/analytics_floor.py).
+# The variant that reads, shuffles and pairs a day once, reporting no violations (bench/analytics_floor.py).
 FLOOR = "spark floor, day"
 
 
@@ -189,8 +189,8 @@ def spark_run(end: date, days: int, reports: Path, *, env: dict[str, str], clust
 
 
 def floor_run(end: date, reports: Path) -> dict:
-    """Run bench/analytics_floor.py (a day read, shuffled and paired once, no checks) in a new process; return its
-    figures and its parts. It checks nothing, so it has no violations found.
+    """Run bench/analytics_floor.py (a day read, shuffled and paired once, nothing else) in a new process; return its
+    figures and its parts. It reports no violations, so it has none found.
     """
     command = [sys.executable, str(ROOT / "bench" / "analytics_floor.py"), "--date", str(end), "--days", "1"]
     run, stdout = spark_process(command, reports, env={}, cluster_pids=[])
@@ -283,7 +283,7 @@ def record(runs: list[dict], orders: int, variant: str, attempt: int, run: dict)
 
 
 def mismatches(runs: list[dict], planted: dict[int, dict[str, int]]) -> list[str]:
-    """Every run that failed or whose violations differ from what was planted in its data (the floor checks nothing:
+    """Every run that failed or whose violations differ from what was planted in its data (the floor reports none:
     it only has to succeed).
     """
     wrong = []
@@ -365,7 +365,7 @@ def main() -> None:
     parser.add_argument(
         "--floor",
         action="store_true",
-        help="also run, each time, the day's read, shuffle and one pairing without checks (bench/analytics_floor.py)",
+        help="also run, each time, the day's read, shuffle and one pairing, nothing else (bench/analytics_floor.py)",
     )
     parser.add_argument(
         "--cluster-only",

@@ -130,7 +130,7 @@ def test_skip_seed_without_a_seed_says_what_to_do():
 @pytest.mark.slow
 def test_the_bench_seeds_a_small_day_and_measures_spark_and_the_baseline(transactional_db, tmp_path):
     """The whole bench, end to end, on this run's test databases: seed, then one Spark run, one run of the floor
-    (reads, shuffle and one pairing, no checks) and one baseline run.
+    (reads, shuffle and one pairing, nothing else) and one baseline run.
     """
     results = tmp_path / "results.json"
     command = ["bench/bench_analytics.py", "--reset", "--orders", "3000", "--days", "1", "--floor", "--json", results]
@@ -154,7 +154,7 @@ def test_the_bench_seeds_a_small_day_and_measures_spark_and_the_baseline(transac
         assert run["wall_seconds"] > 0 and run["cpu_seconds"] > 0
     (floor,) = (run for run in measured["runs"] if run["variant"] == "spark floor, day")
     assert floor["rows"] == rows_in_the_read_window(DAY)
-    # Its one pairing: the window's orders without a credit in the window, the planted missing credits among them.
+    # Its one pairing, the missing-credit check before look-ups: the planted missing credits are among what it names.
     assert floor["uncredited"] >= planted["missing_credit"] > 0
     assert floor["cpu"]["driver_jvm"] > 0 and floor["driver_heap_used_peak_bytes"] > 0
     assert list(floor["parts"]) == [
