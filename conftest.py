@@ -57,6 +57,20 @@ def pytest_collection_modifyitems(items):
 
 
 @pytest.fixture(autouse=True)
+def breakers_closed():
+    """Start and leave each test with every fail-fast breaker closed: a test that made a dependency fail must not make
+    the next one's calls fail at once (core/breaker.py)."""
+    from core.cache import cache_breaker
+    from core.mysql.base import breakers_reset
+
+    cache_breaker.reset()
+    breakers_reset()
+    yield
+    cache_breaker.reset()
+    breakers_reset()
+
+
+@pytest.fixture(autouse=True)
 def cache_of_its_own(settings):
     """Give each test its own key prefix in the shared Redis, so no throttle count leaks between tests or runs."""
     default = settings.CACHES["default"]

@@ -57,8 +57,14 @@ for _module in PRELOADED_MODULES:
 
 
 def post_worker_init(worker) -> None:
-    """Load the URLconf before taking requests, so no order pays for it, then log that the worker is ready."""
+    """Give the worker the web's database deadlines and load the URLconf before taking requests, so no order pays for
+    it, then log that the worker is ready."""
     from django.urls import get_resolver
+
+    from core.deadlines import WEB, deadlines_apply
+
+    # Short deadlines, failing fast once a database is found silent: every request is answered within 5 s.
+    deadlines_apply(WEB)
 
     get_resolver().url_patterns  # noqa: B018 (the property imports every URL module)
     worker.log.info("Worker ready (pid: %s)", worker.pid)

@@ -18,6 +18,7 @@ from core.contract import (
     SCHEMA_VERSIONS,
     SWEEP_TASK,
 )
+from core.deadlines import database_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -101,11 +102,13 @@ def _mariadb(url_variable: str, default_url: str) -> dict:
                 "init_command": (
                     "SET sql_mode='STRICT_TRANS_TABLES,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION', time_zone='+00:00'"
                 ),
-                "connect_timeout": 5,
             },
             "TEST": {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"},
         }
     )
+    # Connect, read and write deadlines and the server-side statement limit: the settings' role's here; the web, the
+    # relay and the workers set their own when they start (core/deadlines.py has the table).
+    database_settings(database)
     return database
 
 
@@ -220,7 +223,12 @@ CACHES = {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": CACHE_KEY_PREFIX,
-        "OPTIONS": {"socket_connect_timeout": 0.5, "socket_timeout": 1.0},
+        # Once a command found Redis silent, the process's others fail at once for a few seconds (core/cache.py).
+        "OPTIONS": {
+            "socket_connect_timeout": 0.5,
+            "socket_timeout": 1.0,
+            "pool_class": "core.cache.FailFastConnectionPool",
+        },
     }
 }
 

@@ -1,12 +1,89 @@
-"""The shared cache (Redis) on the request path: a cache-down warning logged once a minute, not once per request."""
+"""The shared cache (Redis) on the request path: a cache-down warning logged once a minute, not once per request, and
+no request waiting on a cache already found silent.
+
+Every Redis command of a process goes through `FailFastConnection` (the cache's pool_class, config/settings.py):
+once one command found Redis silent (its 1 s socket timeout passed) or unreachable, the others are refused at once for
+CACHE_FAIL_FAST_SECONDS, then one at a time probes it (core/breaker.py). Every caller already treats a RedisError as
+the cache being down (the throttle lets the request through, the token is read from the database, a wake-up is sent
+as a task), so a silent Redis costs one request in a few seconds its timeout instead of every request.
+"""
 
 import logging
 import math
 import threading
 import time
 
+from redis.connection import Connection, ConnectionPool
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from core.breaker import Breaker
+
 # While the cache is down every request would warn; one warning per process this often is enough to see.
 CACHE_DOWN_WARNING_SECONDS = 60.0
+# How long a process refuses Redis commands at once after one got no answer in time, before it probes again.
+CACHE_FAIL_FAST_SECONDS = 5.0
+
+cache_breaker = Breaker("shared cache", cooldown=CACHE_FAIL_FAST_SECONDS)
+
+
+class FailFastConnection(Connection):
+    """redis-py's connection, refusing commands at once while `cache_breaker` is open and telling it what it found.
+
+    A connection let through as the breaker's probe stays the probe from its connect to the answer it reads.
+    """
+
+    _probe = False
+
+    def _gate(self) -> None:
+        if cache_breaker.closed or self._probe:
+            return
+        if not cache_breaker.allow():
+            raise RedisConnectionError("the shared cache did not answer just now; not waiting for it again yet")
+        self._probe = True
+
+    def _report(self, *, answered: bool) -> None:
+        self._probe = False
+        if answered:
+            cache_breaker.succeeded()
+        else:
+            cache_breaker.failed()
+
+    def connect(self):
+        self._gate()
+        try:
+            super().connect()
+        except (RedisConnectionError, RedisTimeoutError, OSError):
+            self._report(answered=False)
+            raise
+
+    def send_packed_command(self, command, check_health=True):
+        self._gate()
+        try:
+            super().send_packed_command(command, check_health)
+        except (RedisConnectionError, RedisTimeoutError, OSError):
+            self._report(answered=False)
+            raise
+
+    def read_response(self, *args, **kwargs):
+        try:
+            response = super().read_response(*args, **kwargs)
+        except (RedisConnectionError, RedisTimeoutError, OSError):
+            self._report(answered=False)
+            raise
+        except BaseException:  # an error Redis answered with
+            self._report(answered=True)
+            raise
+        if self._probe or not cache_breaker.closed:
+            self._report(answered=True)
+        return response
+
+
+class FailFastConnectionPool(ConnectionPool):
+    """redis-py's pool of FailFastConnections (the cache's pool_class; a rediss:// URL keeps its SSL connections)."""
+
+    def __init__(self, connection_class=FailFastConnection, **kwargs):
+        super().__init__(connection_class=connection_class, **kwargs)
 
 
 class CacheDownLog:

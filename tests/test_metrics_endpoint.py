@@ -70,6 +70,7 @@ def test_each_dependency_that_answers_is_up(settings):
         "database": 1.0,
         "credits_database": 1.0,
         "broker": 1.0,
+        "cache": 1.0,
     }
 
 
@@ -79,7 +80,12 @@ def test_a_broker_that_does_not_answer_is_down_and_the_scrape_still_answers(sett
     response = Client().get("/metrics")
 
     assert response.status_code == 200
-    assert dependency_up(response.content.decode()) == {"database": 1.0, "credits_database": 1.0, "broker": 0.0}
+    assert dependency_up(response.content.decode()) == {
+        "database": 1.0,
+        "credits_database": 1.0,
+        "broker": 0.0,
+        "cache": 1.0,
+    }
 
 
 @pytest.mark.parametrize(

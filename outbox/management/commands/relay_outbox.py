@@ -6,6 +6,7 @@ import threading
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
+from core.deadlines import RELAY, deadlines_apply
 from core.tracing import tracing_setup
 from outbox.drain import BrokerUnavailable, drain
 from outbox.loop import run_relay_loop
@@ -25,6 +26,7 @@ class Command(BaseCommand):
     def handle(self, *args, once: bool, batch_size: int | None, **options):
         if batch_size is not None and batch_size < 1:
             raise CommandError("--batch-size must be at least 1")
+        deadlines_apply(RELAY)
         tracing_setup(service_name="creditshop-relay", sql=settings.TRACING_SQL_SPANS)
         if once:
             self._once(batch_size)
