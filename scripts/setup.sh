@@ -45,8 +45,9 @@ if [ "$VERBOSE" = 1 ]; then QUIET=(); DJANGO_VERBOSITY=1; else QUIET=(-q); DJANG
 # tests/test_gunicorn_conf.py. iptables: the silence fault helper drops a link's packets (testkit/silence.py).
 # prometheus (promtool and the server) and prometheus-alertmanager (amtool): deploy/prometheus/ is checked and its
 # alerts are tested on a real Prometheus (tests/test_prometheus_rules.py, tests/reliability/test_prometheus.py).
+# systemd (systemd-analyze): tests/test_systemd_units.py verifies deploy/systemd/ offline; container images lack it.
 packages=(libmariadb-dev pkg-config libmariadb-java openjdk-17-jre-headless python3-venv python3-dev build-essential
-  chromium chromium-driver prometheus prometheus-alertmanager wrk iproute2 iptables)
+  chromium chromium-driver prometheus prometheus-alertmanager wrk iproute2 iptables systemd)
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || packages+=(mariadb-server)
 command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/sbin/rabbitmq-server ] || packages+=(rabbitmq-server)
 command -v redis-server >/dev/null 2>&1 || packages+=(redis-server)
