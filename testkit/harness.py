@@ -263,6 +263,8 @@ class Ledger:
     # (time acknowledged, seconds from the order's first attempt to its 201, retries included)
     latencies: list[tuple[float, float]] = field(default_factory=list)
     gave_up: int = 0
+    # (time answered or failed, seconds the request took, status or connection error): every attempt, retries apart.
+    requests: list[tuple[float, float, int | str]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def latency_p99(self, *, since: float = -math.inf, until: float = math.inf) -> tuple[float, int]:
@@ -340,6 +342,7 @@ class OrderStream:
         first_attempt = time.monotonic()
         deadline = first_attempt + 120
         while time.monotonic() < deadline:
+            sent = time.monotonic()
             try:
                 response = session.post(
                     f"{self.backends.next()}/api/orders/", json=body, headers={"Idempotency-Key": key}, timeout=10
@@ -349,9 +352,11 @@ class OrderStream:
                 with self.ledger.lock:
                     self.ledger.statuses[kind] += 1
                     self.ledger.connection_errors.append((time.monotonic(), kind))
+                    self.ledger.requests.append((time.monotonic(), time.monotonic() - sent, kind))
                 time.sleep(0.2)
                 continue
             with self.ledger.lock:
+                self.ledger.requests.append((time.monotonic(), time.monotonic() - sent, response.status_code))
                 self.ledger.statuses[response.status_code] += 1
                 if response.status_code >= 500:
                     self.ledger.server_errors.append((time.monotonic(), response.status_code))

@@ -19,6 +19,7 @@ thread at a time tries a real connection, and the first that gets one closes the
 import select
 import threading
 
+import MySQLdb
 from django.db.backends.mysql import base
 from django.db.utils import DatabaseErrorWrapper
 from django.utils.functional import cached_property
@@ -36,6 +37,12 @@ SILENCE_ERRORS = frozenset(
         2055,  # CR_SERVER_LOST_EXTENDED
     }
 )
+
+
+
+class DatabaseNotAnswering(MySQLdb.OperationalError):
+    """A connection refused without trying, while the alias' breaker is open (Django raises it as OperationalError)."""
+
 
 # One breaker per alias, shared by every thread of the process.
 _breakers: dict[str, Breaker] = {}
@@ -58,8 +65,9 @@ def breakers_reset() -> None:
 
 
 def is_silence(exc: BaseException) -> bool:
-    """Return whether a driver error means the server did not answer, or could not be reached."""
-    return bool(exc.args) and exc.args[0] in SILENCE_ERRORS
+    """Return whether a driver error means the server did not answer, or could not be reached (not a refusal of the
+    breaker's own, which would keep it open for ever)."""
+    return bool(exc.args) and exc.args[0] in SILENCE_ERRORS and not isinstance(exc, DatabaseNotAnswering)
 
 
 class SilenceAwareErrorWrapper(DatabaseErrorWrapper):
@@ -87,7 +95,7 @@ class DatabaseWrapper(base.DatabaseWrapper):
         if breaker is None:
             return super().get_new_connection(conn_params)
         if not breaker.allow():
-            raise self.Database.OperationalError(
+            raise DatabaseNotAnswering(
                 2003, f"the {self.alias} database did not answer just now; not waiting for it again yet"
             )
         try:
