@@ -34,6 +34,7 @@ from analytics.schemas import (
     LOGS_SCHEMA,
     ORDERS_SCHEMA,
 )
+from core.deadlines import NIGHTLY, ROLES
 from credits.models import DeadLetter, OrderCredit
 from orders.models import Order
 from outbox.models import TransactionLog
@@ -102,12 +103,17 @@ class JdbcSource:
     fetchsize: int
 
     def options(self) -> dict[str, str]:
+        deadlines = ROLES[NIGHTLY]
         return {
             "url": self.url,
             "driver": JDBC_DRIVER,
             "user": self.user,
             "password": self.password,
             "fetchsize": str(self.fetchsize),
+            # Connector/J's deadlines, in milliseconds: the nightly role's (core/deadlines.py), so a silent database
+            # fails the run's read instead of hanging it until the run's own time limit.
+            "connectTimeout": str(deadlines.connect * 1000),
+            "socketTimeout": str(deadlines.read * 1000),
         }
 
 

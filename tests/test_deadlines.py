@@ -1,0 +1,81 @@
+"""Every database connection has its role's deadlines (core/deadlines.py), on the client and on the server."""
+
+import pytest
+from django.db import connections
+
+from analytics.extract import jdbc_source
+from core.deadlines import COMMAND, NIGHTLY, ROLES, WEB, WORKER, database_settings, worker_deadlines_apply
+
+
+@pytest.fixture
+def web_role(transactional_db):
+    """The `default` alias with the web's deadlines for one test, then the settings' own again."""
+    connection = connections["default"]
+    connection.close()
+    database_settings(connection.settings_dict, WEB)
+    yield connection
+    connection.close()
+    database_settings(connection.settings_dict, COMMAND)
+
+
+def test_a_connection_of_the_web_has_its_read_deadlines_and_the_server_its_statement_limit(web_role):
+    with web_role.cursor() as cursor:
+        cursor.execute("SELECT @@session.max_statement_time, @@session.time_zone")
+        limit, time_zone = cursor.fetchone()
+    assert limit == pytest.approx(ROLES[WEB].statement)
+    assert time_zone == "+00:00"  # the rest of the init command still runs
+    params = web_role.get_connection_params()
+    assert (params["connect_timeout"], params["read_timeout"], params["write_timeout"]) == (2, 3, 3)
+
+
+def test_the_server_stops_a_web_statement_past_its_limit_with_an_error_not_a_broken_connection(web_role):
+    from django.db import OperationalError
+
+    with pytest.raises(OperationalError) as failure, web_role.cursor() as cursor:
+        cursor.execute("SELECT SLEEP(5)")
+    assert failure.value.args[0] == 1969  # ER_STATEMENT_TIMEOUT
+    with web_role.cursor() as cursor:
+        cursor.execute("SELECT 1")
+
+
+def test_applying_a_role_twice_does_not_stack_its_statement_limit():
+    settings_dict = {"OPTIONS": {"init_command": "SET time_zone='+00:00'"}}
+    database_settings(settings_dict, WEB)
+    database_settings(settings_dict, WEB)
+    assert settings_dict["OPTIONS"]["init_command"].count("max_statement_time") == 1
+    database_settings(settings_dict, NIGHTLY)
+    assert "max_statement_time" not in settings_dict["OPTIONS"]["init_command"]
+
+
+def test_every_role_gives_up_on_a_silent_read_and_the_web_within_its_five_seconds():
+    assert all(deadlines.read and deadlines.connect for deadlines in ROLES.values())
+    web = ROLES[WEB]
+    assert web.read + 1 < 5 and web.statement < web.read and web.fail_fast
+
+
+class FakeWorker:
+    def __init__(self, *queues):
+        from config.celery import app
+
+        self.app = type("App", (), {"amqp": type("Amqp", (), {"queues": type("Q", (), {})()})()})()
+        self.app.amqp.queues.consume_from = {name: None for name in queues}
+        self.real_app = app
+
+
+@pytest.mark.parametrize(("queues", "role"), [(("credits",), WORKER), (("outbox",), WORKER), (("analytics",), NIGHTLY)])
+def test_a_celery_worker_takes_the_deadlines_of_what_it_consumes(queues, role):
+    saved = {alias: dict(connections[alias].settings_dict["OPTIONS"]) for alias in connections}
+    try:
+        worker_deadlines_apply(sender=FakeWorker(*queues))
+        assert connections["credits"].settings_dict["OPTIONS"]["read_timeout"] == ROLES[role].read
+    finally:
+        for alias, options in saved.items():
+            connections[alias].settings_dict["OPTIONS"] = options
+        for alias in connections:
+            database_settings(connections[alias].settings_dict, COMMAND)
+
+
+def test_spark_reads_with_the_nightly_roles_deadlines():
+    options = jdbc_source("default").options()
+    assert options["connectTimeout"] == str(ROLES[NIGHTLY].connect * 1000)
+    assert options["socketTimeout"] == str(ROLES[NIGHTLY].read * 1000)
