@@ -17,7 +17,7 @@ from django.conf import settings
 from testkit.broker_proxy import BrokerProxy
 from testkit.harness import VENV_BIN
 from testkit.processes import free_port, service_env
-from testkit.restarts import wait_for
+from testkit.waiting import wait_for
 
 SWEEP_SENT = "Sending due task outbox-sweep"
 

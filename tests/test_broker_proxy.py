@@ -21,7 +21,7 @@ from testkit.amqp_frames import (
 )
 from testkit.broker_proxy import BrokerProxy, Link
 from testkit.processes import free_port
-from testkit.restarts import wait_for
+from testkit.waiting import wait_for
 
 
 def frame(kind: int, channel: int, payload: bytes) -> bytes:
