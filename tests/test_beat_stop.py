@@ -41,7 +41,7 @@ def sweeps_sent(log: Path) -> int:
 
 
 def sleeping(pid: int) -> bool:
-    """Return whether the process's main thread waits in the kernel (a blocking read, here) rather than runs."""
+    """Return whether the process's main thread (beat's only one) waits in the kernel rather than runs."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     return stat[stat.rindex(")") + 2] == "S"
 
