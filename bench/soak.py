@@ -285,8 +285,8 @@ def rolling_restart(cluster, backends) -> tuple[list, int]:
         restart,
         restart_behind_other,
         restart_mid_nightly_run,
-        wait_for,
     )
+    from testkit.waiting import wait_for
 
     steps = [
         lambda: reload_gunicorn_gapless(cluster, "web"),

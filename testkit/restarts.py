@@ -14,7 +14,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from testkit import waiting
 from testkit.harness import LATENCY_NOISE_FACTOR, Backends, Cluster, Ledger, Stopped
+from testkit.waiting import wait_for
 
 # What each process logs once it is ready again.
 READY_LINES = {
@@ -70,17 +72,8 @@ class Restart:
         )
 
 
-def wait_for(predicate, *, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        time.sleep(0.1)
-
-
 def log_count(cluster: Cluster, name: str, text: str) -> int:
-    path = cluster.workdir / "logs" / f"{name}.log"
-    return path.read_text(errors="replace").count(text) if path.exists() else 0
+    return waiting.log_count(cluster.workdir / "logs" / f"{name}.log", text)
 
 
 def restart(
@@ -189,7 +182,9 @@ def restart_mid_nightly_run(
 
     running = NightlyRun.objects.filter(date=day, status=NightlyRun.Status.RUNNING)
     app.send_task("analytics.run_nightly", kwargs={"date": day})
-    wait_for(running.exists, timeout=timeout, what="the nightly run to start\n" + cluster.logs("analytics"))
+    wait_for(
+        running.exists, timeout=timeout, what="the nightly run to start", details=lambda: cluster.logs("analytics")
+    )
     cluster.process_env.setdefault("analytics", {})["SPARK_MASTER"] = spark_master_after
     return restart(cluster, "analytics", timeout=timeout, while_stopped=while_stopped)
 

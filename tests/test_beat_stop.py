@@ -9,6 +9,7 @@ still running 120 s after SIGTERM). A proxy that withholds the broker's replies 
 import shelve
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 from django.conf import settings
@@ -16,20 +17,33 @@ from django.conf import settings
 from testkit.broker_proxy import BrokerProxy
 from testkit.harness import VENV_BIN
 from testkit.processes import free_port, service_env
-from testkit.restarts import wait_for
+from testkit.waiting import wait_for
+
+SWEEP_SENT = "Sending due task outbox-sweep"
 
 
-@pytest.fixture
-def proxy():
-    proxy = BrokerProxy(free_port())
+@pytest.fixture(
+    params=[None, 2],
+    ids=["frozen-between-publishes", "frozen-as-a-publish-goes-out"],
+)
+def proxy(request):
+    """The proxy the test freezes once two publishes went out; or one that freezes itself as the second goes out,
+    before its confirm can come back (where a freeze lands when beat's confirms are slow)."""
+    proxy = BrokerProxy(free_port(), freeze_at_publish=request.param)
     proxy.up()
     yield proxy
-    proxy.frozen.clear()
+    proxy.thaw()
     proxy.down()
 
 
-def sweeps_sent(log) -> int:
-    return log.read_text(errors="replace").count("Sending due task outbox-sweep")
+def sweeps_sent(log: Path) -> int:
+    return log.read_text(errors="replace").count(SWEEP_SENT)
+
+
+def sleeping(pid: int) -> bool:
+    """Return whether the process's main thread (beat's only one) waits in the kernel rather than runs."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2] == "S"
 
 
 @pytest.mark.slow
@@ -45,12 +59,13 @@ def test_beat_stops_on_sigterm_while_the_broker_withholds_its_confirm(proxy, tmp
             stderr=subprocess.STDOUT,
         )
     try:
-        wait_for(lambda: sweeps_sent(log) >= 2, timeout=60, what="beat to send two sweeps")
-        # The next publish waits for a confirm that does not come.
-        proxy.frozen.set()
-        sent = sweeps_sent(log)
-        wait_for(lambda: sweeps_sent(log) > sent, timeout=10, what="beat to start a publish")
-        time.sleep(0.5)
+        wait_for(lambda: proxy.publishes >= 2, timeout=60, what="beat to publish two sweeps")
+        proxy.freeze()
+        # Read at the proxy, not in beat's log: beat logs a sweep before publishing it, and logs nothing more once
+        # it waits for a confirm, so the freeze may land after the last line beat will write.
+        wait_for(lambda: proxy.unconfirmed() > 0, timeout=60, what="a publish of beat's whose confirm is withheld")
+        # It cannot return from that publish; once it sleeps, it sleeps reading the confirm, where SIGTERM hung it.
+        wait_for(lambda: sleeping(beat.pid), timeout=60, what="beat to wait for the confirm")
         signalled = time.monotonic()
         beat.terminate()
         try:
@@ -65,6 +80,6 @@ def test_beat_stops_on_sigterm_while_the_broker_withholds_its_confirm(proxy, tmp
 
     assert returncode == 0, log.read_text(errors="replace")[-3000:]
     assert took < 15
-    # Saved before the goodbye: the sweeps sent are in the file.
+    # Saved before the goodbye: every sweep beat sent, the one waiting for its confirm too.
     with shelve.open(str(schedule), flag="r") as saved:  # noqa: S301
-        assert saved["entries"]["outbox-sweep"].total_run_count >= 2
+        assert saved["entries"]["outbox-sweep"].total_run_count == sweeps_sent(log) >= 2

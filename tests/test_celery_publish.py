@@ -1,6 +1,5 @@
 """A task message published by this app carries no time limits: the worker that runs it applies its own."""
 
-import time
 import uuid
 
 from django.conf import settings
@@ -10,6 +9,7 @@ import analytics.tasks  # noqa: F401  (registers the nightly task in this proces
 import credits.tasks  # noqa: F401  (registers the award task)
 from config.celery import app
 from core.contract import AWARD_CREDITS_TASK, RUN_NIGHTLY_TASK
+from testkit.waiting import wait_for
 
 
 def published_headers(task_name: str, **options) -> dict:
@@ -21,12 +21,8 @@ def published_headers(task_name: str, **options) -> dict:
         bound.declare()
         try:
             app.send_task(task_name, kwargs={}, exchange=name, routing_key=name, **options)
-            for _ in range(100):
-                message = bound.get(no_ack=True)
-                if message is not None:
-                    return message.headers
-                time.sleep(0.05)
-            raise AssertionError("the published message never reached its queue")
+            message = wait_for(lambda: bound.get(no_ack=True), what="the published message in its queue", interval=0.05)
+            return message.headers
         finally:
             bound.delete()
 

@@ -13,6 +13,7 @@ import pytest
 from django.conf import settings
 
 from testkit.processes import connections_per_worker, free_port, service_env
+from testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -96,10 +97,11 @@ def test_connections_opened_together_spread_over_the_workers_and_more_than_the_t
     try:
         for client in clients[:-1]:
             client.connect()  # connected, nothing sent
-        deadline = time.monotonic() + 10
-        while (spread := connections_per_worker(port)) != [THREADS] * WORKERS:
-            assert time.monotonic() < deadline, spread
-            time.sleep(0.1)
+        wait_for(
+            lambda: connections_per_worker(port) == [THREADS] * WORKERS,
+            what=f"{THREADS} connections on each worker",
+            details=lambda: str(connections_per_worker(port)),
+        )
 
         # Every thread is now in hand: one more connection waits in the listen backlog, its request with it, and is
         # served as soon as a thread comes free.

@@ -7,7 +7,7 @@ import pytest
 from django.db import connection, connections
 
 from testkit.db_faults import killed_by_the_server
-from testkit.restarts import wait_for
+from testkit.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -42,13 +42,13 @@ def test_an_idle_connection_is_usable_without_a_round_trip(fresh):
 def test_a_connection_the_server_closed_is_not_usable(fresh):
     killed_by_the_server(fresh)
 
-    wait_for(unusable(fresh), timeout=5, what="the killed connection to be seen as unusable")
+    wait_for(unusable(fresh), what="the killed connection to be seen as unusable")
 
 
 def test_a_connection_with_an_unread_answer_is_not_usable(fresh):
     fresh.connection.send_query("SELECT 1")
 
-    wait_for(unusable(fresh), timeout=5, what="the unread answer to arrive")
+    wait_for(unusable(fresh), what="the unread answer to arrive")
 
 
 def test_a_connection_closed_on_this_side_is_not_usable(fresh):
@@ -59,7 +59,7 @@ def test_a_connection_closed_on_this_side_is_not_usable(fresh):
 
 def test_a_request_after_the_server_closed_the_connection_gets_a_new_one(fresh):
     before = killed_by_the_server(fresh)
-    wait_for(unusable(fresh), timeout=5, what="the killed connection to be seen as unusable")
+    wait_for(unusable(fresh), what="the killed connection to be seen as unusable")
 
     fresh.close_if_unusable_or_obsolete()  # what Django does as a request starts: the next use is checked
     with fresh.cursor() as cursor:

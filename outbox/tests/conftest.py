@@ -112,7 +112,7 @@ def broker_proxy():
     proxy = BrokerProxy(next(PROXY_PORTS))
     proxy.up()
     yield proxy
-    proxy.frozen.clear()
+    proxy.thaw()
     proxy.down()
 
 

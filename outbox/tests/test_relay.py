@@ -167,7 +167,7 @@ def test_a_confirm_that_never_comes_times_out_and_counts_as_a_failed_attempt(mak
     publisher = Publisher(url=broker_proxy.url, confirm_timeout=0.5)
     try:
         publisher.connect()
-        broker_proxy.frozen.set()
+        broker_proxy.freeze()
         outcome = relay_batch(publisher, batch_size=10)
     finally:
         publisher.close()

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from accounts.services import api_token_create
 from config.celery import app
-from core.contract import CREDITS_QUEUE
+from core.contract import AWARD_CREDITS_TASK, CREDITS_QUEUE
 from credits.models import OrderCredit
 from orders.models import Order
 from testkit.harness import (
@@ -27,6 +27,7 @@ from testkit.harness import (
     wait_for_credits,
     wait_until_published,
 )
+from testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -34,21 +35,30 @@ RATE = 20  # orders per second, across all clients
 DRAIN_LIMIT_SECONDS = 60
 
 
-def redeliver(order_ids: list[int]) -> int:
-    """Publish the credit messages of already-credited orders a second time (a duplicate delivery)."""
+def credit_messages(order_ids: list[int]) -> list:
+    """Return the outbox rows of these orders' credit messages."""
     from outbox.models import TransactionLog
 
-    rows = TransactionLog.objects.filter(business="order", foreign_key__in=[str(i) for i in order_ids])
+    return list(TransactionLog.objects.filter(business="order", foreign_key__in=[str(i) for i in order_ids]))
+
+
+def redeliver(rows: list) -> None:
+    """Publish credit messages of already-credited orders a second time (a duplicate delivery), by their task id."""
     with app.producer_or_acquire() as producer:
         for row in rows:
             app.send_task(
-                "credits.award_credits",
+                AWARD_CREDITS_TASK,
                 kwargs={"message": row.payload},
                 task_id=row.id,
                 queue=CREDITS_QUEUE,
                 producer=producer,
             )
-    return len(rows)
+
+
+def awards_finished(cluster, task_ids: list[str]) -> list[int]:
+    """Return how many times the credits worker logged each of these awards done ('awarded' or 'duplicate')."""
+    log = cluster.logs("credits", tail=1_000_000)
+    return [log.count(f"Task {AWARD_CREDITS_TASK}[{task_id}] succeeded") for task_id in task_ids]
 
 
 def run_nightly(cluster, day: str) -> dict:
@@ -100,10 +110,18 @@ def test_nothing_lost_or_doubled_under_faults(cluster, make_user, capsys):
         stream.stop()
     placed = list(Order.objects.filter(user_id__in=user_ids).values_list("id", flat=True))
     credited = list(OrderCredit.objects.filter(order_id__in=placed).values_list("order_id", flat=True)[:20])
-    faults.append(f"duplicate deliveries: {redeliver(credited)}")
+    messages = credit_messages(credited)
+    duplicates = [row.id for row in messages]
+    originals = awards_finished(cluster, duplicates)
+    redeliver(messages)
+    faults.append(f"duplicate deliveries: {len(duplicates)}")
 
     result, drained_in = wait_for_credits(ledger, user_ids, timeout=DRAIN_LIMIT_SECONDS)
-    time.sleep(2)  # let the duplicate deliveries land before the final count
+    # The final count proves nothing doubled only once the duplicates were consumed.
+    wait_for(
+        lambda: all(now > before for now, before in zip(awards_finished(cluster, duplicates), originals, strict=True)),
+        what="the duplicate deliveries to be consumed",
+    )
     result, _ = wait_for_credits(ledger, user_ids, timeout=5)
     with capsys.disabled():
         print(

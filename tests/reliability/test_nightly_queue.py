@@ -6,7 +6,7 @@ from analytics.models import NightlyRun
 from config.celery import app
 from orders.services import order_create
 from outbox.models import TransactionLog
-from testkit.restarts import wait_for
+from testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -23,14 +23,14 @@ def test_outbox_messages_are_relayed_while_a_nightly_run_is_in_progress(cluster,
     cluster.start("outbox", "analytics", "beat")
     app.send_task("analytics.run_nightly", kwargs={"date": NIGHTLY_DAY})
     running = NightlyRun.objects.filter(status=NightlyRun.Status.RUNNING)
-    wait_for(running.exists, timeout=90, what="the nightly run to start\n" + cluster.logs("analytics"))
+    wait_for(running.exists, timeout=90, what="the nightly run to start", details=lambda: cluster.logs("analytics"))
 
     order = order_create(user=user, goods_name="tea", total=1).order
 
     message = TransactionLog.objects.filter(id=order.transaction_id)
     wait_for(
         lambda: message.get().status == TransactionLog.Status.PUBLISHED,
-        timeout=30,
-        what="the order's message to be relayed\n" + cluster.logs("outbox"),
+        what="the order's message to be relayed",
+        details=lambda: cluster.logs("outbox"),
     )
     assert running.exists(), "the nightly run ended before the message was relayed: the test proved nothing"

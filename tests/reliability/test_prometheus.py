@@ -6,8 +6,6 @@ their `for:` durations are deploy/prometheus/creditshop.rules.yml as shipped, so
 """
 
 import signal
-import time
-from collections.abc import Callable
 
 import pytest
 
@@ -16,20 +14,15 @@ from credits.models import OrderCredit
 from testkit.harness import Cluster, Ledger, OrderStream, wait_until_credited
 from testkit.processes import free_port, service_env
 from testkit.prometheus_server import PrometheusServer
+from testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
 METRICS_TOKEN = "prometheus-test-token"  # noqa: S105
 # OutboxRelayDown needs a row due for 2 min, 2 min without a publish, then 1 min of `for:`; room for a loaded machine.
 ALERT_TIMEOUT_SECONDS = 480
-
-
-def wait_for(condition: Callable[[], object], *, what: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:.0f} s: {what}")
-        time.sleep(1)
+# Prometheus answers from its last scrape or evaluation, each once a second: asking more often learns nothing.
+POLL_SECONDS = 1
 
 
 def test_the_relay_alert_fires_when_the_relay_stops_and_resolves_when_it_returns(transactional_db, user, tmp_path):
@@ -47,10 +40,22 @@ def test_the_relay_alert_fires_when_the_relay_stops_and_resolves_when_it_returns
         cluster.start("web", "relay", "credits")
         prometheus.start()
         # The scrape carries the bearer token: a 401 would leave `up` at 0.
-        wait_for(lambda: prometheus.query('up{job="creditshop"} == 1'), what="the target scraped with its token")
+        wait_for(
+            lambda: prometheus.query('up{job="creditshop"} == 1'),
+            what="the target scraped with its token",
+            interval=POLL_SECONDS,
+        )
         orders.start()
-        wait_for(lambda: prometheus.query("outbox_published_total > 0"), what="the relay's publishes scraped")
-        wait_for(lambda: prometheus.query("creditshop_order_to_credit_seconds_count > 0"), what="credits measured")
+        wait_for(
+            lambda: prometheus.query("outbox_published_total > 0"),
+            what="the relay's publishes scraped",
+            interval=POLL_SECONDS,
+        )
+        wait_for(
+            lambda: prometheus.query("creditshop_order_to_credit_seconds_count > 0"),
+            what="credits measured",
+            interval=POLL_SECONDS,
+        )
         assert {
             sample["metric"]["dependency"]: sample["value"][1]
             for sample in prometheus.query("creditshop_dependency_up")
@@ -60,8 +65,10 @@ def test_the_relay_alert_fires_when_the_relay_stops_and_resolves_when_it_returns
         cluster.kill("relay", signal.SIGTERM)
         wait_for(
             lambda: prometheus.alert_state("OutboxRelayDown") == "firing",
-            what=f"OutboxRelayDown firing; active: {[a['labels']['alertname'] for a in prometheus.alerts()]}",
+            what="OutboxRelayDown firing",
+            details=lambda: f"active: {[a['labels']['alertname'] for a in prometheus.alerts()]}",
             timeout=ALERT_TIMEOUT_SECONDS,
+            interval=POLL_SECONDS,
         )
         assert prometheus.alert_state("OutboxOldestDueRowOld") in ("pending", "firing")
         (alert,) = [a for a in prometheus.alerts() if a["labels"]["alertname"] == "OutboxRelayDown"]
@@ -69,7 +76,11 @@ def test_the_relay_alert_fires_when_the_relay_stops_and_resolves_when_it_returns
         assert alert["annotations"]["runbook_url"] == "docs/OPERATIONS.md#outboxrelaydown"
 
         cluster.start("relay")
-        wait_for(lambda: prometheus.alert_state("OutboxRelayDown") is None, what="OutboxRelayDown resolved")
+        wait_for(
+            lambda: prometheus.alert_state("OutboxRelayDown") is None,
+            what="OutboxRelayDown resolved",
+            interval=POLL_SECONDS,
+        )
         orders.stop()
         order_ids = {order_id for order_id, _ in ledger.acknowledged.values()}
         assert len(order_ids) > 100

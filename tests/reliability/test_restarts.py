@@ -32,8 +32,8 @@ from testkit.restarts import (
     restart,
     restart_behind_other,
     restart_mid_nightly_run,
-    wait_for,
 )
+from testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -166,7 +166,6 @@ def test_beat_restart_keeps_its_schedule_and_sends_nothing_twice(cluster, make_u
             wanted = cluster.logs("beat", tail=10_000).count(sweeps) + 2
             wait_for(
                 lambda wanted=wanted: cluster.logs("beat", tail=10_000).count(sweeps) >= wanted,
-                timeout=30,
                 what="beat to send two sweeps",
             )
             restarts.append(restart(cluster, "beat", while_stopped=saved_run_counts))
@@ -213,7 +212,8 @@ def test_analytics_worker_stopped_mid_run_records_it_interrupted_and_the_requeue
     wait_for(
         lambda: runs.filter(status=NightlyRun.Status.SUCCEEDED).exists(),
         timeout=600,
-        what="the requeued run to succeed\n" + cluster.logs("analytics"),
+        what="the requeued run to succeed",
+        details=lambda: cluster.logs("analytics"),
     )
     report(capsys, ledger, restarts)
     assert_all_well(cluster, ledger, restarts, "analytics")
