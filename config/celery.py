@@ -5,6 +5,7 @@ What runs inside a worker around the tasks (boot steps, database checks, tracing
 """
 
 import os
+import socket
 
 from celery import Celery, signals
 from kombu import Exchange, Queue
@@ -21,6 +22,21 @@ from core.contract import (
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
+# Deadlines of every broker connection Celery opens (the workers', beat's, and the producers' the relay and the
+# web's wake-ups build on), so that a broker gone silent (packets dropped, no reset) is found out, and found out by
+# the broker too (docs/OPERATIONS.md, "When the broker goes silent"). A worker consuming through Celery's event loop
+# (prefork, whose parent process ticks the heartbeat whatever its pool runs) writes a frame every third of it and
+# gives a connection up after two heartbeats without a frame; RabbitMQ gives it up after two to three. A solo worker
+# negotiates no heartbeat (Celery ticks none outside its event loop): the keepalive below finds its connection.
+BROKER_HEARTBEAT_SECONDS = 10
+# Connecting (TCP), and each blocking read or write afterwards (a handshake, a declare, a publisher confirm):
+# milliseconds when the broker is well.
+BROKER_CONNECT_TIMEOUT_SECONDS = 4.0
+BROKER_SOCKET_TIMEOUT_SECONDS = 10.0
+# A connection idle this long is probed; py-amqp's TCP_USER_TIMEOUT (1 s) then drops it at the next probe, ten
+# seconds on (TCP_KEEPINTVL), when the first went unanswered. py-amqp's own default waits 60 s before the first.
+BROKER_KEEPALIVE_IDLE_SECONDS = 10
+
 # Every task derives from core.worker.WorkerTask: the per-task database checks as a call around the run.
 app = Celery("creditshop", task_cls="core.worker:WorkerTask")
 app.config_from_object("django.conf:settings", namespace="CELERY")
@@ -32,7 +48,14 @@ app.conf.update(
     # No result backend: the database rows are the results.
     task_ignore_result=True,
     # The broker confirms every publish, so a publish that returned reached the broker.
-    broker_transport_options={"confirm_publish": True},
+    broker_transport_options={
+        "confirm_publish": True,
+        "read_timeout": BROKER_SOCKET_TIMEOUT_SECONDS,
+        "write_timeout": BROKER_SOCKET_TIMEOUT_SECONDS,
+        "socket_settings": {socket.TCP_KEEPIDLE: BROKER_KEEPALIVE_IDLE_SECONDS},
+    },
+    broker_heartbeat=BROKER_HEARTBEAT_SECONDS,
+    broker_connection_timeout=BROKER_CONNECT_TIMEOUT_SECONDS,
     broker_connection_retry_on_startup=True,
     # Beat's scheduler: Celery's file-backed one, whose goodbye to the broker on SIGTERM cannot hang (core/beat.py).
     beat_scheduler="core.beat:Scheduler",
@@ -50,6 +73,13 @@ app.conf.update(
     # handlers out altogether; this stays for a Celery whose fixup they fail to find. (Read by celery.fixups.django
     # under this old-style name.)
     CELERY_DB_REUSE_MAX=10_000,
+    # A worker's control queue (its pidbox, for ping, inspect, revoke) is not exclusive to one connection: a worker
+    # that found its connection dead reconnects while the broker, not knowing yet, still holds the old one, and an
+    # exclusive queue held by it made the declaration fail with RESOURCE_LOCKED, which Celery treats as unrecoverable:
+    # the worker exited. Until the broker lets go (heartbeats, or never for a solo worker's, which has none), the
+    # queue has two consumers and a control message may go to the dead one; the queue still goes away with its
+    # last consumer (auto-delete), and control_queue_expires after that.
+    control_queue_exclusive=False,
     # Celery's consumer, but setting up native delayed delivery (quorum queues) once per cluster (core/worker.py).
     worker_consumer="core.worker:ClusterConsumer",
     task_default_queue=OUTBOX_QUEUE,

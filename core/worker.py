@@ -2,10 +2,10 @@
 
 config/celery.py holds the settings and the queues; this module is the worker's machinery, connected when that
 module imports it: the consumer's boot steps (credits.dlx declared on every connection, native delayed delivery set
-up once per cluster), the task class every task derives from (WorkerTask: the database checks before and after each
-task, as a call around its run; Celery's Django fixup kept out of them),
-the interruption of long tasks on shutdown, tracing started where tasks run, and the log context on Celery's
-handlers. Time limits are settings (CELERY_TASK_SOFT_TIME_LIMIT, CELERY_TASK_TIME_LIMIT, the nightly run's in
+up once per cluster, no worker-heartbeat events), the task class every task derives from (WorkerTask: the database
+checks before and after each task, as a call around its run; Celery's Django fixup kept out of them), the
+interruption of long tasks on shutdown, tracing started where tasks run, and the log context on Celery's handlers.
+Time limits are settings (CELERY_TASK_SOFT_TIME_LIMIT, CELERY_TASK_TIME_LIMIT, the nightly run's in
 CELERY_TASK_ANNOTATIONS).
 """
 
@@ -68,12 +68,20 @@ class ClusterDelayedDelivery(DelayedDelivery):
 
 
 class ClusterConsumer(Consumer):
-    """Celery's consumer with ClusterDelayedDelivery in place of its own delayed delivery step."""
+    """Celery's consumer with ClusterDelayedDelivery in place of its own delayed delivery step, and without Heart.
+
+    Heart publishes a worker-heartbeat event every 2 s from the worker's event loop, retrying a lost connection
+    without limit: while the broker is unreachable the loop stood still in that retry, so the worker neither sent
+    its AMQP heartbeats nor noticed its own connection was dead until the broker answered again (a Celery signal
+    handler's stack dump, tests/reliability/test_silence_broker.py). Nothing here reads those events (monitors such as
+    Flower do); `celery inspect ping` answers through the control queue instead. Like `--without-heartbeat`.
+    """
 
     class Blueprint(Consumer.Blueprint):
         default_steps = [
             "core.worker:ClusterDelayedDelivery" if step.endswith(":DelayedDelivery") else step
             for step in Consumer.Blueprint.default_steps
+            if not step.endswith(":Heart")
         ]
 
 

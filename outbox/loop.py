@@ -18,6 +18,9 @@ from outbox.publisher import Publisher
 logger = logging.getLogger(__name__)
 
 IDLE_FIRST_SECONDS = 0.05
+# A reconnection costs the broker little, and every order waits for the relay to find the broker back: it tries at
+# least this often (the database's backoff goes up to 30 s).
+BROKER_BACKOFF_MAX_SECONDS = 5.0
 
 
 def run_relay_loop(
@@ -33,8 +36,9 @@ def run_relay_loop(
     Between drains it waits on the bell in Redis (outbox/bell.py), which the web rings after each commit (folded to
     one ring per OUTBOX_WAKE_INTERVAL_SECONDS), for up to OUTBOX_IDLE_SECONDS. While Redis does not answer it polls
     instead: 50 ms after a drain that published, doubling up to OUTBOX_IDLE_SECONDS while nothing is due. While the
-    broker or the database is down it backs off up to 30 s, warning once per outage and then once a minute. Its
-    database connection is checked at most once a second, and at once after a database error.
+    broker is down it backs off up to BROKER_BACKOFF_MAX_SECONDS, while the database is down up to 30 s, warning once
+    per outage and then once a minute. Its database connection is checked at most once a second, and at once after a
+    database error.
     """
     publisher = publisher or Publisher()
     listener = listener or Listener()
@@ -58,7 +62,7 @@ def run_relay_loop(
                 total += exc.published
                 broker.failed(exc)
                 broker_failures += 1
-                stop.wait(outage_backoff(broker_failures))
+                stop.wait(outage_backoff(broker_failures, cap=BROKER_BACKOFF_MAX_SECONDS))
                 continue
             except DatabaseError as exc:
                 if not checked:

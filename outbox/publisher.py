@@ -203,7 +203,9 @@ class Publisher:
                     raise ConfirmTimeout(f"no publisher confirm within {timeout:g} s")
                 try:
                     self._conn.drain_events(timeout=remaining)
-                except TimeoutError:
+                except TimeoutError as exc:
+                    if exc.errno is not None:  # the kernel gave the connection up (ETIMEDOUT): not the wait's timeout
+                        raise
                     raise ConfirmTimeout(f"no publisher confirm within {timeout:g} s") from None
         except (*BROKER_ERRORS, ConfirmTimeout) as exc:
             self._fail_in_flight(exc)
