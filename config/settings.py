@@ -282,8 +282,8 @@ CREDITS_MAX_RETRIES = env_int("CREDITS_MAX_RETRIES", 3, minimum=0)
 CREDITS_RETRY_BASE_SECONDS = env_float("CREDITS_RETRY_BASE_SECONDS", 1.0, minimum=0.01)
 CREDITS_RETRY_MAX_SECONDS = env_float("CREDITS_RETRY_MAX_SECONDS", 60.0, minimum=0.01)
 # How long one delivery waits for an unreachable credits database before it goes back to the queue, its retries
-# untouched (credits/outage.py). Keep it under the broker heartbeat (Celery's default 120 s), which a solo worker does
-# not send while a task runs.
+# untouched (credits/outage.py). A prefork worker's parent sends the broker's heartbeats meanwhile; a solo worker
+# negotiates none (config/celery.py), so the wait never costs it its connection.
 CREDITS_OUTAGE_WAIT_SECONDS = env_float("CREDITS_OUTAGE_WAIT_SECONDS", 30.0, minimum=0.1, maximum=100.0)
 
 # Time limits of every task (Celery reads them under these names; prefork pools enforce them, solo and threads pools

@@ -18,9 +18,9 @@ from outbox.publisher import Publisher
 logger = logging.getLogger(__name__)
 
 IDLE_FIRST_SECONDS = 0.05
-# A reconnection costs the broker little, and every order waits for the relay to find the broker back: it tries at
-# least this often (the database's backoff goes up to 30 s).
-BROKER_BACKOFF_MAX_SECONDS = 5.0
+# A reconnection costs the broker or the database little, and every order waits for the relay to find it back: it
+# tries at least this often, so it works again within seconds of an outage or a silence ending.
+OUTAGE_BACKOFF_MAX_SECONDS = 5.0
 
 
 def run_relay_loop(
@@ -36,8 +36,8 @@ def run_relay_loop(
     Between drains it waits on the bell in Redis (outbox/bell.py), which the web rings after each commit (folded to
     one ring per OUTBOX_WAKE_INTERVAL_SECONDS), for up to OUTBOX_IDLE_SECONDS. While Redis does not answer it polls
     instead: 50 ms after a drain that published, doubling up to OUTBOX_IDLE_SECONDS while nothing is due. While the
-    broker is down it backs off up to BROKER_BACKOFF_MAX_SECONDS, while the database is down up to 30 s, warning once
-    per outage and then once a minute. Its database connection is checked at most once a second, and at once after a
+    broker or the database is down it backs off up to OUTAGE_BACKOFF_MAX_SECONDS, warning once per outage and then
+    once a minute. Its database connection is checked at most once a second, and at once after a
     database error.
     """
     publisher = publisher or Publisher()
@@ -62,7 +62,7 @@ def run_relay_loop(
                 total += exc.published
                 broker.failed(exc)
                 broker_failures += 1
-                stop.wait(outage_backoff(broker_failures, cap=BROKER_BACKOFF_MAX_SECONDS))
+                stop.wait(outage_backoff(broker_failures, cap=OUTAGE_BACKOFF_MAX_SECONDS))
                 continue
             except DatabaseError as exc:
                 if not checked:
@@ -74,7 +74,7 @@ def run_relay_loop(
                 publisher.close()
                 database.failed(exc)
                 database_failures += 1
-                stop.wait(outage_backoff(database_failures))
+                stop.wait(outage_backoff(database_failures, cap=OUTAGE_BACKOFF_MAX_SECONDS))
                 continue
             broker.recovered()
             database.recovered()

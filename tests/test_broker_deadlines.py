@@ -16,7 +16,7 @@ from config.celery import (
     BROKER_SOCKET_TIMEOUT_SECONDS,
     app,
 )
-from outbox.loop import BROKER_BACKOFF_MAX_SECONDS
+from outbox.loop import OUTAGE_BACKOFF_MAX_SECONDS
 from outbox.publisher import Publisher
 from outbox.wakeup import RelayWaker
 
@@ -64,7 +64,7 @@ def test_the_relays_and_the_wakeups_connections_have_deadlines_and_keepalive():
 
 def test_the_relay_tries_the_broker_again_soon_enough_to_be_back_within_the_recovery_limit():
     # Worst case after a heal: a connection attempt that began just before it times out, then one backoff.
-    assert Publisher().connect_timeout + BROKER_BACKOFF_MAX_SECONDS < RECOVERY_LIMIT_SECONDS
+    assert Publisher().connect_timeout + OUTAGE_BACKOFF_MAX_SECONDS < RECOVERY_LIMIT_SECONDS
 
 
 @pytest.mark.parametrize("exclusive", [True, False])

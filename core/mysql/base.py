@@ -39,7 +39,6 @@ SILENCE_ERRORS = frozenset(
 )
 
 
-
 class DatabaseNotAnswering(MySQLdb.OperationalError):
     """A connection refused without trying, while the alias' breaker is open (Django raises it as OperationalError)."""
 
