@@ -1,8 +1,16 @@
 """Long soak under faults: a steady stream of retried orders while workers, the relay, the broker, database
-connections and the credits database's server are killed in turn, then a Jepsen-style summary of what was attempted,
-acknowledged, lost and duplicated.
+connections and the credits database's server are killed in turn, and each dependency goes silent in turn (its
+packets dropped, no reset: testkit/silence.py), then a Jepsen-style summary of what was attempted, acknowledged, lost
+and duplicated.
 
     .venv/bin/python bench/soak.py --minutes 10 [--rate 30] [--fault-every 15] [--credits-outage 20]
+        [--silence-seconds 60]
+
+A silence puts every process's link to one dependency (the orders database, the credits database, the broker or
+Redis) behind a SilentLink for --silence-seconds; the summary gives, per silence, the longest order request, the
+answers that were neither a 201 nor a 503 and, for the orders database, how long after the heal the first 201 came.
+`--faults silence-orders-database --silence-seconds 600` is the ten-minute partition, past TCP's retransmissions and
+the AMQP heartbeats. Silences need iptables and root.
 
 The order service uses its own database (BENCH_DATABASE_URL, default creditshop_bench). The credits service's
 database lives on a private MariaDB server the soak starts for the run (testkit/mariadb_server.py) and crashes as one
@@ -33,6 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -42,7 +51,12 @@ from testkit.mariadb_server import MariaDBServer  # noqa: E402
 from testkit.processes import free_port  # noqa: E402
 
 CREDITS_DATABASE = "creditshop_bench_credits"
-FAULTS = ("consumer", "relay", "broker", "connections", "credits-database")
+SILENCES = ("silence-orders-database", "silence-credits-database", "silence-broker", "silence-redis")
+FAULTS = ("consumer", "relay", "broker", "connections", "credits-database", *SILENCES)
+# What a silence may cost an order request, and how soon after the heal orders must be taken again (issue targets,
+# docs/RELIABILITY.md).
+ANSWER_LIMIT_SECONDS = 5.0
+FIRST_ORDER_AFTER_HEAL_LIMIT_SECONDS = 5.0
 # The day the rolling restart's nightly run covers: one with no orders, so the requeued run is small.
 ROLLING_NIGHTLY_DAY = "2001-05-06"
 SECONDS_BETWEEN_RESTARTS = 3
@@ -58,6 +72,7 @@ def main() -> int:
     parser.add_argument(
         "--credits-outage", type=float, default=20, help="seconds the credits database's server stays down"
     )
+    parser.add_argument("--silence-seconds", type=float, default=60, help="seconds a silenced dependency stays silent")
     parser.add_argument(
         "--faults",
         default=",".join(FAULTS),
@@ -70,6 +85,8 @@ def main() -> int:
     args = parser.parse_args()
     if unknown := set(args.faults.split(",")) - set(FAULTS):
         parser.error(f"unknown faults: {', '.join(sorted(unknown))}")
+    if args.rabbitmq_cluster and "silence-broker" in args.faults.split(","):
+        parser.error("silence-broker needs the single broker: a cluster's clients fail over to another node")
 
     credits_server = MariaDBServer(port=free_port())
     credits_server.install()
@@ -78,6 +95,12 @@ def main() -> int:
         return soak(args, credits_server)
     finally:
         credits_server.remove()
+
+
+def address(url: str, default_port: int) -> tuple[str, int]:
+    """Return the (host, port) a URL names."""
+    parts = urlsplit(url)
+    return parts.hostname or "127.0.0.1", parts.port or default_port
 
 
 def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
@@ -102,8 +125,9 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
         wait_for_credits,
         wait_until_credited,
     )
-    from testkit.processes import service_env
+    from testkit.processes import database_address, service_env
     from testkit.queues import purge_queues
+    from testkit.silence import SilentLink
 
     call_command("migrate", database="credits", verbosity=0)
 
@@ -125,11 +149,28 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="creditshop-soak-"))
     process_users = ProcessUsers()
     process_users.create()
+    env, process_env = service_env(CELERY_BROKER_URL=broker_url, **extra_env), process_users.cluster_env()
+    # Every process reaches a dependency the run may silence through that dependency's link.
+    link_targets = {
+        "silence-orders-database": ("DATABASE_URL", database_address("default")),
+        "silence-credits-database": ("CREDITS_DATABASE_URL", ("127.0.0.1", credits_server.port)),
+        "silence-broker": ("CELERY_BROKER_URL", address(broker_url, 5672)),
+        "silence-redis": ("REDIS_URL", address(settings.REDIS_URL, 6379)),
+    }
+    links: dict[str, SilentLink] = {}
+    for name in set(args.faults.split(",")) & set(SILENCES):
+        variable, upstream = link_targets[name]
+        links[name] = link = SilentLink(upstream)
+        link.up()
+        env[variable] = link.through(env.get(variable, getattr(settings, variable, "")))
+        for variables in process_env.values():
+            if variable in variables:
+                variables[variable] = link.through(variables[variable])
     cluster = Cluster(
-        service_env=service_env(CELERY_BROKER_URL=broker_url, **extra_env),
+        service_env=env,
         workdir=workdir,
         port=free_port(),
-        process_env=process_users.cluster_env(),
+        process_env=process_env,
         second_port=free_port() if args.rolling_restart else None,
     )
     # A Spark master that never answers keeps the rolling restart's nightly run in progress until its worker stops.
@@ -181,10 +222,26 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
         rabbit.start_node(leader)
         return "graceful stop of the node leading credits, started again"
 
+    silences: list[tuple[str, float, float]] = []  # (fault, silent at, healed at)
+
+    def silence(name: str):
+        def fault():
+            silent_at = time.monotonic()
+            with links[name].silenced():
+                time.sleep(args.silence_seconds)
+            silences.append((name, silent_at, time.monotonic()))
+            return f"{name} for {args.silence_seconds:.0f} s (packets dropped both ways)"
+
+        return fault
+
     # On a RabbitMQ cluster the broker fault is a node fault: a crash, then a graceful stop, in turn.
     broker_faults = [node_crash, node_stop] if rabbit else [broker_outage]
     by_name = dict(
-        zip(FAULTS, [kill_consumer, kill_relay, None, kill_connections, credits_database_outage], strict=True)
+        zip(
+            FAULTS,
+            [kill_consumer, kill_relay, None, kill_connections, credits_database_outage, *map(silence, SILENCES)],
+            strict=True,
+        )
     )
     schedule = []
     for name in args.faults.split(","):
@@ -220,6 +277,8 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
     finally:
         stream.stop()
         cluster.stop()
+        for link in links.values():
+            link.down()
         process_users.drop()
         if rabbit is not None:
             rabbit.stop()
@@ -244,6 +303,24 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
             f"credits db down:   {back_at - down_at:.1f} s, {count} orders acknowledged meanwhile (p99"
             f" {p99 * 1000:.1f} ms), backlog credited {caught_up_in:.1f} s after the server returned"
         )
+    silence_problems = []
+    for name, silent_at, healed_at in silences:
+        with ledger.lock:
+            during = [r for r in ledger.requests if silent_at <= r[0] <= healed_at + 10]
+            first_201 = min((at for at, _, status in ledger.requests if status == 201 and at > healed_at), default=None)
+        longest = max((seconds for _, seconds, _ in during), default=0.0)
+        unanswered = sum(1 for _, _, status in during if status not in (201, 503))
+        resumed = "never" if first_201 is None else f"{first_201 - healed_at:.1f} s"
+        print(
+            f"{name}: {healed_at - silent_at:.0f} s, {len(during)} requests, longest {longest:.2f} s,"
+            f" {unanswered} neither 201 nor 503, first 201 after the heal {resumed}"
+        )
+        if longest >= ANSWER_LIMIT_SECONDS or unanswered:
+            silence_problems.append(f"{name}: a request took {longest:.1f} s or got no answer ({unanswered})")
+        if first_201 is None or first_201 - healed_at >= FIRST_ORDER_AFTER_HEAL_LIMIT_SECONDS:
+            silence_problems.append(f"{name}: orders were not taken again within 5 s of the heal ({resumed})")
+    for problem in silence_problems:
+        print(f"  PROBLEM: {problem}")
     restart_problems = []
     if args.rolling_restart:
         from analytics.models import NightlyRun
@@ -270,7 +347,14 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
     print(f"recovered:         {result.credited} of {result.stored} orders credited")
     print(f"drain time:        all credited at most {drained_in:.1f} s after the last fault ended")
     caught_up = all(caught_up_in <= args.drain_limit for _, _, caught_up_in in credits_outages)
-    ok = result.ok and not result.dead_letters and caught_up and drained_in <= args.drain_limit and not restart_problems
+    ok = (
+        result.ok
+        and not result.dead_letters
+        and caught_up
+        and drained_in <= args.drain_limit
+        and not restart_problems
+        and not silence_problems
+    )
     print(f"verdict:           {'OK' if ok else 'FAILED'}   (logs: {workdir / 'logs'})")
     return 0 if ok else 1
 

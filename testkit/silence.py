@@ -18,6 +18,7 @@ import socket
 import subprocess
 import threading
 from collections.abc import Iterator
+from urllib.parse import urlsplit, urlunsplit
 
 from testkit.processes import free_port
 
@@ -127,6 +128,13 @@ class SilentLink:
             yield
         finally:
             self.heal()
+
+    def through(self, url: str) -> str:
+        """Return `url` (mysql://, amqp://, redis://) with its host and port replaced by the forwarder's."""
+        parts = urlsplit(url)
+        credentials, _, _ = parts.netloc.rpartition("@")
+        netloc = f"127.0.0.1:{self.port}"
+        return urlunsplit(parts._replace(netloc=f"{credentials}@{netloc}" if credentials else netloc))
 
     def connections(self) -> int:
         """Return how many client connections the forwarder holds open now."""
