@@ -9,7 +9,7 @@ chosen by what the process is for:
 | web | gunicorn's workers (gunicorn.conf.py) | 2 s | 3 s | 2.5 s | yes: 1 s after a timeout (core/breaker.py) |
 | relay | `relay_outbox` loop | 3 s | 20 s | 15 s | no |
 | worker | Celery workers of the outbox and credits queues | 3 s | 20 s | 15 s | no |
-| nightly | the Celery worker of the analytics queue | 5 s | 600 s | none | no |
+| nightly | the analytics queue's worker, `run_nightly_reports`, Spark's JDBC reads | 5 s | 600 s | none | no |
 | command | everything else: migrate, shell, the test run | 5 s | 3600 s | none | no |
 
 The web answers every request within 5 s (a 201, or a 503 with Retry-After): one statement that gets no answer costs

@@ -11,6 +11,7 @@ from analytics import runs
 from analytics.period import Period
 from analytics.spark import spark_jvm_stop
 from core.arguments import parse_day
+from core.deadlines import NIGHTLY, deadlines_apply
 from core.tracing import tracing_setup
 
 
@@ -37,6 +38,9 @@ class Command(BaseCommand):
         days = options["days"]
         if days < 1 or days > 366:
             raise CommandError("--days must be between 1 and 366")
+        # A database that goes silent fails the run at the nightly role's read deadline instead of holding it until
+        # ANALYTICS_RUN_TIMEOUT_SECONDS (core/deadlines.py).
+        deadlines_apply(NIGHTLY)
         tracing_setup(service_name="creditshop-analytics", sql=settings.TRACING_SQL_SPANS)
         period = Period.ending(options["date"] or timezone.now().date() - timedelta(days=1), days=days)
         try:
