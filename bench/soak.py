@@ -105,8 +105,8 @@ def address(url: str, default_port: int) -> tuple[str, int]:
 
 def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
     credits_server.create_database(CREDITS_DATABASE)
-    os.environ["CREDITS_DATABASE_URL"] = credits_server.url(CREDITS_DATABASE)
-    setup_django()
+    # Over the bench's own credits database: the credits service's database is on the server the soak crashes.
+    setup_django(CREDITS_DATABASE_URL=credits_server.url(CREDITS_DATABASE))
     from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.core.management import call_command
@@ -153,7 +153,7 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
     # Every process reaches a dependency the run may silence through that dependency's link.
     link_targets = {
         "silence-orders-database": ("DATABASE_URL", database_address("default")),
-        "silence-credits-database": ("CREDITS_DATABASE_URL", ("127.0.0.1", credits_server.port)),
+        "silence-credits-database": ("CREDITS_DATABASE_URL", database_address("credits")),
         "silence-broker": ("CELERY_BROKER_URL", address(broker_url, 5672)),
         "silence-redis": ("REDIS_URL", address(settings.REDIS_URL, 6379)),
     }

@@ -371,6 +371,34 @@ class OrderStream:
             self.ledger.gave_up += 1
 
 
+class HealthProbe:
+    """A load balancer's health check: GET /healthz every half second, each answer and its time kept."""
+
+    def __init__(self, base_url: str):
+        self.base_url = base_url
+        self.answers: list[tuple[float, float, int | str, dict]] = []  # (time, seconds, status or error, body)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            sent = time.monotonic()
+            try:
+                response = requests.get(f"{self.base_url}/healthz", timeout=10)
+                outcome, body = response.status_code, response.json()
+            except (requests.RequestException, ValueError) as exc:
+                outcome, body = type(exc).__name__, {}
+            self.answers.append((time.monotonic(), time.monotonic() - sent, outcome, body))
+            self._stop.wait(0.5)
+
+
 REFUSED = "connection refused"
 
 

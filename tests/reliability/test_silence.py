@@ -9,16 +9,14 @@ each /healthz took, when work resumed after the heal, and what was lost, credite
 from __future__ import annotations
 
 import re
-import threading
 import time
 from dataclasses import dataclass, field
 
 import pytest
-import requests
 from django.db import connections
 
 from accounts.services import api_token_create
-from testkit.harness import Cluster, Ledger, OrderStream, wait_for_credits
+from testkit.harness import Cluster, HealthProbe, Ledger, OrderStream, wait_for_credits
 from testkit.processes import database_address, database_url, free_port, service_env
 from testkit.queues import purge_queues
 from testkit.silence import SilentLink, iptables_available
@@ -37,34 +35,6 @@ HEALTHZ_LIMIT_SECONDS = 2.0
 FIRST_ORDER_AFTER_HEAL_LIMIT_SECONDS = 5.0
 RESUME_LIMIT_SECONDS = 15.0
 CATCH_UP_LIMIT_SECONDS = 90
-
-
-class HealthProbe:
-    """A load balancer's health check: GET /healthz every half second, each answer and its time kept."""
-
-    def __init__(self, base_url: str):
-        self.base_url = base_url
-        self.answers: list[tuple[float, float, int | str, dict]] = []  # (time, seconds, status or error, body)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            sent = time.monotonic()
-            try:
-                response = requests.get(f"{self.base_url}/healthz", timeout=10)
-                outcome, body = response.status_code, response.json()
-            except (requests.RequestException, ValueError) as exc:
-                outcome, body = type(exc).__name__, {}
-            self.answers.append((time.monotonic(), time.monotonic() - sent, outcome, body))
-            self._stop.wait(0.5)
 
 
 @dataclass

@@ -21,7 +21,7 @@ from accounts.services import api_token_create
 from config.celery import app
 from credits.models import OrderCredit
 from outbox.models import TransactionLog
-from testkit.harness import Cluster, Ledger, OrderStream, wait_for_credits, wait_until_published
+from testkit.harness import Cluster, HealthProbe, Ledger, OrderStream, wait_for_credits, wait_until_published
 from testkit.processes import broker_url, free_port, service_env
 from testkit.queues import purge_queues
 from testkit.silence import SilentLink, drop_leftover_rules, iptables_available
@@ -116,10 +116,13 @@ def run_silence(cluster: Cluster, link: SilentLink, make_user, *, silence_second
     cluster.start()
     ledger = Ledger()
     stream = OrderStream(cluster.base_url, tokens, rate=RATE, ledger=ledger)
+    probe = HealthProbe(cluster.base_url)
     stream.start()
+    probe.start()
     try:
         time.sleep(WARM_UP_SECONDS)
         assert wait_for_credits(ledger, user_ids, timeout=30)[0].credited > 0, cluster.logs("credits")
+        silent_at = time.monotonic()
         with link.silenced():
             time.sleep(silence_seconds)
         healed_at, healed_wall = time.monotonic(), datetime.now()
@@ -127,20 +130,27 @@ def run_silence(cluster: Cluster, link: SilentLink, make_user, *, silence_second
         time.sleep(2)
     finally:
         stream.stop()
+        probe.stop()
     result, drained_in = wait_for_credits(ledger, user_ids, timeout=CATCH_UP_LIMIT_SECONDS)
     longest = max((seconds for _, seconds in ledger.latencies), default=float("nan"))
+    longest_health = max(seconds for _, seconds, _, _ in probe.answers)
+    # The web's own check of the broker has no connection to lose: it answers 503 naming it within its deadline.
+    during = [(status, body) for at, _, status, body in probe.answers if silent_at + 3 < at < healed_at]
     alive = {name: proc.poll() is None for name, proc in cluster.procs.items()}
     with capsys.disabled():
         print(
             f"\nsilence {silence_seconds:.0f}s; back after the heal (s): "
             f"{ {name: round(seconds, 1) for name, seconds in sorted(back.items())} }\n"
-            f"client statuses: {dict(ledger.statuses)}; longest order {longest:.2f}s; "
+            f"client statuses: {dict(ledger.statuses)}; longest order {longest:.2f}s; longest /healthz"
+            f" {longest_health:.2f}s; "
             f"restarted: {dict(cluster.restarts)}; alive: {alive}\n{result}\ndrained in {drained_in:.1f}s"
         )
     logs = "\n".join(f"--- {name}\n{cluster.logs(name, tail=30)}" for name in ("credits", "outbox", "relay", "beat"))
     assert dict(cluster.restarts) == {}, logs
     assert all(alive.values()), alive
     assert ledger.gave_up == 0 and ledger.server_errors == [], ledger.statuses
+    assert longest_health < 2.0
+    assert during and all(status == 503 and body["checks"]["broker"] != "ok" for status, body in during), during
     expected = {*(f"ping:{name}" for name in WORKERS), "relay", "credits", "beat"}
     late = {name for name in expected if back.get(name, float("inf")) > RECOVERY_LIMIT_SECONDS}
     assert late == set(), f"not working {RECOVERY_LIMIT_SECONDS}s after the heal: {sorted(late)}\n{logs}"
