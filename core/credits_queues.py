@@ -27,6 +27,9 @@ from core.contract import (
     credits_queue_name,
 )
 
+# What the name of a later version's queue begins with (core.contract.credits_queue_name).
+VERSION_QUEUE_PREFIX = f"{CREDITS_QUEUE}.v"
+
 
 def credits_queue(name: str, *, queue_type: str, max_retries: int) -> Queue:
     """Return the declaration of one credits queue: `credits`, a version's `credits.vN`, or credits.expired.
@@ -81,11 +84,11 @@ def queue_for(name: str) -> Queue:
 
 
 def wait_expiration_seconds(name: str) -> float | None:
-    """Return the time to live of a message published to this credits queue: the version wait, or none for `credits`.
+    """Return the time to live of a message published to this queue: the version wait for a later version's queue.
 
-    `credits` has consumers whenever any consumer runs (every one takes it), and what it holds is dead-lettered
-    straight to credits.dead, where nobody would record a dead letter; a message there never expires.
+    None for any other: `credits` has consumers whenever any consumer runs (every one takes it), and what it holds is
+    dead-lettered straight to credits.dead, where nobody would record a dead letter; a message there never expires.
     """
-    if name == CREDITS_QUEUE:
+    if not name.startswith(VERSION_QUEUE_PREFIX):
         return None
     return settings.CREDITS_UNKNOWN_VERSION_WAIT_SECONDS

@@ -29,7 +29,7 @@ from kombu.transport.native_delayed_delivery import (
 )
 
 from core.contract import CREDITS_DEAD_QUEUE, CREDITS_QUEUE
-from core.credits_queues import consumed_queue_names
+from core.credits_queues import VERSION_QUEUE_PREFIX, consumed_queue_names
 
 
 class DeclareCreditsDeadLetterQueue(bootsteps.StartStopStep):
@@ -61,7 +61,7 @@ def credits_version_queues_select(sender=None, instance=None, **kwargs) -> None:
     for name in wanted:
         queues.select_add(queues[name])
     # A worker started without -Q consumes every queue the app declares: not the versions it does not accept.
-    queues.deselect([name for name in queues if name.startswith(f"{CREDITS_QUEUE}.v") and name not in wanted])
+    queues.deselect([name for name in queues if name.startswith(VERSION_QUEUE_PREFIX) and name not in wanted])
 
 
 class ClusterDelayedDelivery(DelayedDelivery):

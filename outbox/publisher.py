@@ -114,7 +114,7 @@ class Publisher:
         channel.events["basic_nack"].add(self._on_nack)
         channel.events["basic_return"].add(self._on_return)
         self._conn, self._channel, self._next_tag = conn, channel, 0
-        self._routes = {CREDITS_QUEUE: ""}
+        self._routes = {CREDITS_QUEUE: ""} if self.queue is None else {self.queue.name: _ttl(self.queue.name)}
 
     def close(self, *, graceful: bool = True) -> None:
         """Drop the connection; the next publish reconnects. After an error, drop it without the close handshake."""
@@ -148,7 +148,8 @@ class Publisher:
         built = []
         for message in messages:
             try:
-                built.append((message.id, build_task_message(message), _queue_name(message)))
+                name = self.queue.name if self.queue is not None else _queue_name(message)
+                built.append((message.id, build_task_message(message), name))
             except (TypeError, ValueError) as exc:
                 batch.result.failed[message.id] = f"cannot build the task message: {exc}"
         sent = 0
@@ -158,14 +159,14 @@ class Publisher:
             exchange, routing_key = queue.exchange.name, queue.routing_key
             routed = self.queue is None
             for _, _, name in built:
-                if routed and name not in self._routes:
+                if name not in self._routes:
                     self._route_declare(name)
             with self._one_write():
                 for message_id, amqp_message, name in built:
                     if routed:
                         routing_key = name
-                        if expiration := self._routes[name]:
-                            amqp_message.properties["expiration"] = expiration
+                    if expiration := self._routes[name]:
+                        amqp_message.properties["expiration"] = expiration
                     self._next_tag += 1
                     self._unconfirmed[self._next_tag] = (message_id, batch)
                     batch.unsettled += 1
@@ -245,8 +246,7 @@ class Publisher:
         Declared by the relay, a version's queue holds its messages while no consumer of that version runs yet.
         """
         queue_for(name)(self._channel).declare()
-        ttl = wait_expiration_seconds(name)
-        self._routes[name] = "" if ttl is None else str(round(ttl * 1000))
+        self._routes[name] = _ttl(name)
 
     def _queue(self) -> Queue:
         return self.queue if self.queue is not None else app.amqp.queues[CREDITS_QUEUE]
@@ -286,6 +286,12 @@ class Publisher:
             batch.result.failed[message_id] = error
         else:
             batch.result.confirmed.append(message_id)
+
+
+def _ttl(name: str) -> str:
+    """Return the AMQP expiration (milliseconds, as text) of a message published to this queue, "" for none."""
+    seconds = wait_expiration_seconds(name)
+    return "" if seconds is None else str(round(seconds * 1000))
 
 
 def _queue_name(message: ClaimedMessage) -> str:
