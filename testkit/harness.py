@@ -219,10 +219,11 @@ class Cluster:
                     proc.wait(timeout=10)
             self.procs.pop(name)
 
-    def wait_ready(self, name: str, timeout: float = 60) -> float:
-        """Wait until a Celery worker's log says it is ready to consume; return the seconds waited."""
+    def wait_ready(self, name: str, timeout: float = 60, *, times: int = 1) -> float:
+        """Wait until a Celery worker's log says it is ready to consume, the `times`-th time since the cluster's
+        first start (its log is kept across restarts); return the seconds waited."""
         started = time.monotonic()
-        while "ready." not in self.logs(name, tail=10_000):
+        while self.logs(name, tail=1_000_000).count(" ready.") < times:
             if time.monotonic() - started > timeout:
                 raise RuntimeError(f"{name} was not ready within {timeout:.0f}s; see {self.workdir / 'logs'}")
             time.sleep(0.1)

@@ -24,7 +24,7 @@ from kombu import Connection
 from accounts.services import api_token_create
 from core.contract import CREDITS_DEAD_QUEUE, QUEUE_TYPE_QUORUM
 from testkit.harness import Cluster, Ledger, OrderStream, wait_for_credits, wait_until_credited
-from testkit.processes import free_port, service_env
+from testkit.processes import free_port
 from testkit.releases import BEFORE_VERSION_ROUTING, release_checkout
 
 pytestmark = pytest.mark.slow
@@ -113,19 +113,17 @@ def release_before():
 
 
 @pytest.fixture(params=["classic", "quorum"])
-def rollout(request, release_before, tmp_path):
-    """The processes of both releases: on the test broker with classic queues, or on the three-node cluster."""
-    if request.param == "classic":
-        base = request.getfixturevalue("cluster")
-        service, process_env, port, broker_url = base.service_env, base.process_env, base.port, None
-    else:
+def rollout(request, cluster, release_before):
+    """The processes of both releases, each with its own database user: on the test broker with classic queues, or on
+    the three-node cluster with quorum queues."""
+    service, broker_url = cluster.service_env, settings.CELERY_BROKER_URL
+    if request.param == QUEUE_TYPE_QUORUM:
         rabbit = request.getfixturevalue("rabbitmq_cluster")
-        request.getfixturevalue("transactional_db")
         rabbit.ensure_running()
         rabbit.queues_recreate(max_retries=settings.CREDITS_MAX_RETRIES)
         broker_url = rabbit.broker_url
-        service = service_env(CELERY_BROKER_URL=broker_url, CELERY_QUEUE_TYPE=QUEUE_TYPE_QUORUM)
-        process_env, port = {}, free_port()
+        service = {**service, "CELERY_BROKER_URL": broker_url, "CELERY_QUEUE_TYPE": QUEUE_TYPE_QUORUM}
+    process_env = cluster.process_env
     process_env = {
         **process_env,
         **{old: process_env.get(old.split("-")[1], {}) for old in OLD},
@@ -134,13 +132,13 @@ def rollout(request, release_before, tmp_path):
     }
     rollout = RolloutCluster(
         service_env=service,
-        workdir=tmp_path,
-        port=port,
+        workdir=cluster.workdir,
+        port=cluster.port,
         process_env=process_env,
         process_cwd=dict.fromkeys(OLD, release_before),
     )
     rollout.web_v2_port = free_port()
-    rollout.broker_url = broker_url or settings.CELERY_BROKER_URL
+    rollout.broker_url = broker_url
     try:
         yield rollout
     finally:
@@ -197,7 +195,7 @@ def test_routing_by_version_rolls_out_and_a_newer_message_waits_for_a_consumer_t
     # Step 4: a consumer accepting version 2 starts.
     started = time.monotonic()
     rollout.start("credits")
-    ready_in = rollout.wait_ready("credits")
+    ready_in = rollout.wait_ready("credits", times=2)
     wait_until_credited(v2_away, timeout=CATCH_UP_LIMIT_SECONDS)
     back_caught_up_in = time.monotonic() - started
     for stream in streams:
@@ -220,8 +218,8 @@ def test_routing_by_version_rolls_out_and_a_newer_message_waits_for_a_consumer_t
             f" {dead_away} dead letters)"
             f"\nv2 consumer back: ready in {ready_in:.1f} s, every waiting v2 order credited {back_caught_up_in:.1f} s"
             " after its start"
-            f"\nv1 {results[1]}\nv2 {results[2]}\nhand-backs {handbacks}; messages the v1-only consumer received:"
-            f" {older_received}; retries spent {retries_spent}; restarts {dict(rollout.restarts)}"
+            f"\nv1 {results[1]}\nv2 {results[2]}\nhand-backs {handbacks}; messages (all version 1) the v1-only"
+            f" consumer received: {older_received}; retries spent {retries_spent}; restarts {dict(rollout.restarts)}"
         )
 
     assert all(stop.returncode == 0 for stop in phases.values()), phases
