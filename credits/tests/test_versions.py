@@ -16,14 +16,17 @@ from celery.canvas import Signature
 from celery.exceptions import Reject, Retry
 from django.db import OperationalError as DjangoOperationalError
 from kombu.exceptions import OperationalError
-from prometheus_client import REGISTRY
+from prometheus_client import REGISTRY, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from core.contract import CREDITS_EXPIRED_QUEUE, CREDITS_QUEUE
+from core.credits_queues import consumed_queue_names
+from core.metrics import build_registry
 from credits import services
 from credits.models import DeadLetter, OrderCredit
 from credits.services import ReplayOutcome
 from credits.tasks import FIRST_FAILED_HEADER, award_credits
-from credits.tests.support import broker_reset, place_order, queue_take
+from credits.tests.support import broker_reset, place_order, publish, queue_take
 from orders.models import Order
 
 pytestmark = pytest.mark.django_db
@@ -219,3 +222,23 @@ def test_a_dead_letter_of_a_version_now_accepted_is_replayed_once(user, version_
     assert (credit.amount, credit.ordered_at) == (6, Order.objects.get(pk=order_id).created_at)
     letter.refresh_from_db()
     assert (letter.status, letter.replayed_by, letter.attempts) == ("replayed", "ops", 2)
+
+
+def test_a_consumer_takes_credits_the_queues_of_its_versions_and_credits_expired():
+    assert consumed_queue_names({1, 2}) == [CREDITS_QUEUE, V2_QUEUE, CREDITS_EXPIRED_QUEUE]
+    assert consumed_queue_names({1}) == [CREDITS_QUEUE, CREDITS_EXPIRED_QUEUE]
+    # After a contract release drops version 1, `credits` is still taken: old relays and consumers may write to it.
+    assert consumed_queue_names({2}) == [CREDITS_QUEUE, V2_QUEUE, CREDITS_EXPIRED_QUEUE]
+
+
+def test_metrics_show_the_messages_waiting_per_version_and_their_consumers(user, version_2, queues):
+    _, payload = place_order(user=user)
+    publish(payload, payload)
+
+    scraped = text_string_to_metric_families(generate_latest(build_registry()).decode())
+    samples = {
+        (s.name, s.labels["version"]): s.value for family in scraped for s in family.samples if "version" in s.labels
+    }
+    assert samples[("creditshop_credits_version_messages_waiting", "2")] == 2
+    assert samples[("creditshop_credits_version_consumers", "2")] == 0
+    assert samples[("creditshop_credits_version_messages_waiting", "1")] == 0
