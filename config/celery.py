@@ -19,6 +19,7 @@ from core.contract import (
     OUTBOX_QUEUE,
     QUEUE_TYPE_QUORUM,
 )
+from core.credits_queues import credits_queues
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
@@ -98,57 +99,42 @@ app.conf.update(
 
 
 def task_queues(*, queue_type: str, max_retries: int) -> tuple[Queue, ...]:
-    """Return the outbox, credits, credits.dead and analytics queues, declared as `queue_type` (CELERY_QUEUE_TYPE).
+    """Return the outbox, credits (one queue per message version, credits.expired), credits.dead and analytics queues,
+    declared as `queue_type` (CELERY_QUEUE_TYPE).
 
     classic: one node, direct exchanges, and a retry's delay held by the worker (an ETA task in memory).
     quorum: replicated on a majority of a cluster's nodes (Raft), so a publisher confirm means a majority has the
     message. Their exchanges are topic exchanges because Celery's native delayed delivery, which holds a retry's
     delay in the broker (celery_delayed_* queues, bound by the worker at start), skips direct exchanges.
-    Dead-lettering is at-least-once (the dead letter is confirmed by credits.dead before the original is dropped;
+    Dead-lettering is at-least-once (the dead letter is confirmed by its target before the original is dropped;
     RabbitMQ requires overflow reject-publish for it), and the delivery limit agrees with CREDITS_MAX_RETRIES:
     a message redelivered more than max_retries times (its workers died holding it) is dead-lettered by the consumer
     with its DeadLetter row (credits/tasks.py), and by the broker itself, still never dropped, if even that delivery
-    kills its worker.
+    kills its worker. The credits queues, and why there is one per version: core/credits_queues.py.
     """
     quorum = queue_type == QUEUE_TYPE_QUORUM
     exchange_type = "topic" if quorum else "direct"
-    credits_arguments = {
-        "x-dead-letter-exchange": CREDITS_DEAD_EXCHANGE,
-        "x-dead-letter-routing-key": CREDITS_DEAD_QUEUE,
-    }
-    common_arguments = {}
-    if quorum:
-        common_arguments = {"x-queue-type": QUEUE_TYPE_QUORUM}
-        credits_arguments |= {
-            "x-dead-letter-strategy": "at-least-once",
-            "x-overflow": "reject-publish",
-            "x-delivery-limit": max_retries + 1,
-        }
+    common_arguments = {"x-queue-type": QUEUE_TYPE_QUORUM} if quorum else None
     return (
         Queue(
             OUTBOX_QUEUE,
             Exchange(OUTBOX_QUEUE, type=exchange_type, durable=True),
             routing_key=OUTBOX_QUEUE,
-            queue_arguments=common_arguments or None,
+            queue_arguments=common_arguments,
         ),
         # A rejected (not requeued) credits message is routed by the broker itself to credits.dead.
-        Queue(
-            CREDITS_QUEUE,
-            Exchange(CREDITS_QUEUE, type=exchange_type, durable=True),
-            routing_key=CREDITS_QUEUE,
-            queue_arguments=common_arguments | credits_arguments,
-        ),
+        *credits_queues(queue_type=queue_type, max_retries=max_retries),
         Queue(
             CREDITS_DEAD_QUEUE,
             Exchange(CREDITS_DEAD_EXCHANGE, type="direct", durable=True),
             routing_key=CREDITS_DEAD_QUEUE,
-            queue_arguments=common_arguments or None,
+            queue_arguments=common_arguments,
         ),
         Queue(
             ANALYTICS_QUEUE,
             Exchange(ANALYTICS_QUEUE, type=exchange_type, durable=True),
             routing_key=ANALYTICS_QUEUE,
-            queue_arguments=common_arguments or None,
+            queue_arguments=common_arguments,
         ),
     )
 

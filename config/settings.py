@@ -309,9 +309,10 @@ METRICS_TOKEN = env_str("METRICS_TOKEN", "")
 ORDER_MESSAGE_VERSION = env_int(
     "ORDER_MESSAGE_VERSION", SCHEMA_VERSION_1, minimum=min(SCHEMA_VERSIONS), maximum=max(SCHEMA_VERSIONS)
 )
-# The versions a credits consumer accepts. A newer one goes back to the queue for a consumer that knows it, spending
-# none of its retries, for at most CREDITS_UNKNOWN_VERSION_WAIT_SECONDS; then it is dead-lettered
-# (version_not_supported). An older one is dead-lettered at once (unsupported_schema).
+# The versions a credits consumer accepts; it takes only their queues (core/credits_queues.py). A message of another
+# version waits in its own queue for a consumer that accepts it, for at most CREDITS_UNKNOWN_VERSION_WAIT_SECONDS
+# (its time to live, given by the relay); then it is dead-lettered (version_not_supported). An older one reaching a
+# consumer is dead-lettered at once (unsupported_schema).
 CREDITS_ACCEPTED_MESSAGE_VERSIONS = env_int_set(
     "CREDITS_ACCEPTED_MESSAGE_VERSIONS", (SCHEMA_VERSION_1, SCHEMA_VERSION_2), allowed=SCHEMA_VERSIONS
 )

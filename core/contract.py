@@ -17,7 +17,7 @@ SCHEMA_VERSION_1 = 1
 SCHEMA_VERSION_2 = 2
 ORDERED_AT_FIELD = "ordered_at"
 # Every version this code can write and read. The order service writes ORDER_MESSAGE_VERSION; a credits consumer
-# reads CREDITS_ACCEPTED_MESSAGE_VERSIONS, and hands a newer version back to the queue for a consumer that knows it.
+# reads CREDITS_ACCEPTED_MESSAGE_VERSIONS, and takes only those versions' queues (credits_queue_name below).
 SCHEMA_VERSIONS = (SCHEMA_VERSION_1, SCHEMA_VERSION_2)
 # What a message carries when nothing says otherwise (tools and benchmarks that write messages of their own).
 SCHEMA_VERSION = SCHEMA_VERSION_1
@@ -29,9 +29,27 @@ ORDER_TOTAL_MIN, ORDER_TOTAL_MAX = 1, 10_000
 
 # Broker topology (declared by config/celery.py).
 OUTBOX_QUEUE = "outbox"
+# Version 1's queue, and every message a relay of a release before routing by version publishes (any version).
 CREDITS_QUEUE = "credits"
+# Where a message that waited out CREDITS_UNKNOWN_VERSION_WAIT_SECONDS in its version's queue goes (the broker
+# dead-letters it there), with anything else a version queue dead-letters; every credits consumer takes it.
+CREDITS_EXPIRED_QUEUE = "credits.expired"
 CREDITS_DEAD_QUEUE = "credits.dead"
 CREDITS_DEAD_EXCHANGE = "credits.dlx"
+
+
+def credits_queue_name(version: object) -> str:
+    """Return the queue (and routing key) of a credits message of this schema_version.
+
+    Version 1 keeps the queue every release has had, so relays and consumers of the release before and after routing
+    by version agree on it; version N >= 2 has `credits.vN`. Anything that is not a version goes to `credits`, where
+    a consumer dead-letters it as malformed.
+    """
+    if isinstance(version, int) and not isinstance(version, bool) and version >= 2:
+        return f"{CREDITS_QUEUE}.v{version}"
+    return CREDITS_QUEUE
+
+
 # The nightly run holds its worker for the whole Spark job (hours on a big day): on a queue of its own, with a
 # worker of its own, it can never stall the relay's wake-ups, sweeps and retention on `outbox`.
 ANALYTICS_QUEUE = "analytics"

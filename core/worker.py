@@ -1,8 +1,9 @@
 """What runs inside a Celery worker around every task, in one place (zulip's QueueProcessingWorker, as hooks).
 
 config/celery.py holds the settings and the queues; this module is the worker's machinery, connected when that
-module imports it: the consumer's boot steps (credits.dlx declared on every connection, native delayed delivery set
-up once per cluster, no worker-heartbeat events), the task class every task derives from (WorkerTask: the database
+module imports it: the queues a credits consumer takes (those of the versions it accepts), the consumer's boot steps
+(credits.dlx declared on every connection, native delayed delivery set up once per cluster, no worker-heartbeat
+events), the task class every task derives from (WorkerTask: the database
 checks before and after each task, as a call around its run; Celery's Django fixup kept out of them), the
 interruption of long tasks on shutdown, tracing started where tasks run, and the log context on Celery's handlers.
 Time limits are settings (CELERY_TASK_SOFT_TIME_LIMIT, CELERY_TASK_TIME_LIMIT, the nightly run's in
@@ -27,7 +28,8 @@ from kombu.transport.native_delayed_delivery import (
     declare_native_delayed_delivery_exchanges_and_queues,
 )
 
-from core.contract import CREDITS_DEAD_QUEUE
+from core.contract import CREDITS_DEAD_QUEUE, CREDITS_QUEUE
+from core.credits_queues import VERSION_QUEUE_PREFIX, consumed_queue_names
 
 
 class DeclareCreditsDeadLetterQueue(bootsteps.StartStopStep):
@@ -41,6 +43,25 @@ class DeclareCreditsDeadLetterQueue(bootsteps.StartStopStep):
 
     def start(self, c):
         c.app.amqp.queues[CREDITS_DEAD_QUEUE].bind(c.connection.default_channel).declare()
+
+
+@signals.celeryd_after_setup.connect
+def credits_version_queues_select(sender=None, instance=None, **kwargs) -> None:
+    """Make a worker that consumes `credits` (`-Q credits`) take the queues of the versions it accepts too.
+
+    `credits` stays the name operators and unit files give; the versions come from CREDITS_ACCEPTED_MESSAGE_VERSIONS,
+    so a consumer never receives a message of a version it does not accept (core/credits_queues.py).
+    """
+    from django.conf import settings
+
+    queues = instance.app.amqp.queues
+    if CREDITS_QUEUE not in queues.consume_from:
+        return
+    wanted = consumed_queue_names(settings.CREDITS_ACCEPTED_MESSAGE_VERSIONS)
+    for name in wanted:
+        queues.select_add(queues[name])
+    # A worker started without -Q consumes every queue the app declares: not the versions it does not accept.
+    queues.deselect([name for name in queues if name.startswith(VERSION_QUEUE_PREFIX) and name not in wanted])
 
 
 class ClusterDelayedDelivery(DelayedDelivery):

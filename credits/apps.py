@@ -8,9 +8,10 @@ class CreditsConfig(AppConfig):
 
     def ready(self) -> None:
         from core import metrics
-        from credits.metrics import OpenDeadLettersCollector, counters_initialize
+        from credits.metrics import OpenDeadLettersCollector, VersionQueuesCollector, counters_initialize
 
         # Every counter series exists at zero from the first scrape of any process; the open dead letters are
-        # counted in the database at scrape time.
+        # counted in the database, and the version queues read from the broker, at scrape time.
         counters_initialize()
         metrics.collector_register(OpenDeadLettersCollector())
+        metrics.collector_register(VersionQueuesCollector())

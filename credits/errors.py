@@ -12,7 +12,7 @@ class UnsupportedSchemaVersion(ApplicationError):
 
 
 class NewerSchemaVersion(ApplicationError):
-    """A version newer than this consumer accepts: a newer consumer may take it (handed back, not dead-lettered)."""
+    """A version newer than this consumer accepts: a newer consumer may take it (forwarded to its version's queue)."""
 
     status = 422
 

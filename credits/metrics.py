@@ -2,8 +2,9 @@
 
 The counters live in the process that counts: a Celery worker's, or (with PROMETHEUS_MULTIPROC_DIR set, and the
 /metrics view reading it) the files shared by all processes on the host. The open dead-letter gauge is read from
-the database at scrape time, so any web process reports the same figure; /metrics adds it to the registry it
-builds per scrape, because the multiprocess collector reads only the files, never the default registry.
+the database at scrape time, and the version queues' gauges from the broker, so any web process reports the same
+figures; /metrics adds them to the registry it builds per scrape, because the multiprocess collector reads only the
+files, never the default registry.
 """
 
 import logging
@@ -35,9 +36,10 @@ OUTAGE_REQUEUES = Counter(
     "creditshop_credits_outage_requeues",
     "Credits messages put back on the queue, retries untouched, because the credits database could not be reached.",
 )
-VERSION_HANDBACKS = Counter(
-    "creditshop_credits_version_handbacks",
-    "Credits messages of a newer version than this consumer accepts, handed back to the queue for a newer consumer.",
+VERSION_FORWARDS = Counter(
+    "creditshop_credits_version_forwards",
+    "Credits messages of a version this consumer does not accept found on `credits` (from a relay or consumer of the"
+    " release before routing by version) and forwarded to their version's queue.",
 )
 # Order commit to credit, as the consumer sees it: from the outbox row's creation time (the relay's message header) to
 # the award's commit. Spans the relay's wake-up or poll, the broker, any retries and the award itself.
@@ -67,6 +69,42 @@ class OpenDeadLettersCollector:
             logger.warning("cannot count open credit dead letters: %s", exc)
             return
         yield GaugeMetricFamily(OPEN_DEAD_LETTERS, OPEN_DEAD_LETTERS_HELP, value=count)
+
+
+VERSION_WAITING = "creditshop_credits_version_messages_waiting"
+VERSION_WAITING_HELP = (
+    "Credits messages in a message version's queue not yet delivered to a consumer; with no consumer of the version"
+    " they wait there, up to CREDITS_UNKNOWN_VERSION_WAIT_SECONDS."
+)
+VERSION_CONSUMERS = "creditshop_credits_version_consumers"
+VERSION_CONSUMERS_HELP = "Consumers taking a message version's queue: 0 means no running consumer accepts the version."
+
+
+class VersionQueuesCollector:
+    """Report, per message version, the messages waiting in its queue and its consumers, read from the broker."""
+
+    def describe(self):
+        return [
+            GaugeMetricFamily(VERSION_WAITING, VERSION_WAITING_HELP, labels=["version", "queue"]),
+            GaugeMetricFamily(VERSION_CONSUMERS, VERSION_CONSUMERS_HELP, labels=["version", "queue"]),
+        ]
+
+    def collect(self):
+        from credits.selectors import version_queues
+
+        try:
+            queues = version_queues()
+        except Exception as exc:  # a scrape must still answer when the broker does not
+            logger.warning("cannot read the credits version queues: %s", exc)
+            return
+        waiting = GaugeMetricFamily(VERSION_WAITING, VERSION_WAITING_HELP, labels=["version", "queue"])
+        consumers = GaugeMetricFamily(VERSION_CONSUMERS, VERSION_CONSUMERS_HELP, labels=["version", "queue"])
+        for queue in queues:
+            labels = [str(queue.version), queue.queue]
+            waiting.add_metric(labels, queue.messages)
+            consumers.add_metric(labels, queue.consumers)
+        yield waiting
+        yield consumers
 
 
 def counters_initialize() -> None:

@@ -6,10 +6,11 @@ It follows the design the service comes from (reconsume up to 3 times, then the 
 - Retried: every other failure (a deadlock, a lock wait timeout, a refused insert, an error nobody foresaw), since it
   is not known to be permanent. After the last retry the message is dead-lettered.
 - A newer schema version than this consumer accepts is not the message's fault either, nor this consumer's: during a
-  rolling upgrade a newer consumer may be running beside it. The message goes back to the queue, spending none of its
-  retries, for any consumer to take, after the same backoff as a retry (its n-th hand-back waits like retry n); only
-  when CREDITS_UNKNOWN_VERSION_WAIT_SECONDS have passed since a consumer first handed it back is it dead-lettered
-  (version_not_supported). A version older than every accepted one is permanent, as above.
+  rolling upgrade a newer consumer may be running beside it. Messages are routed by version, so one reaches this
+  consumer only from a relay or consumer of the release before (it is forwarded to its version's queue, spending none
+  of its retries) or after waiting CREDITS_UNKNOWN_VERSION_WAIT_SECONDS there for a consumer that accepts it (then it
+  is dead-lettered, version_not_supported): credits/versions.py. A version older than every accepted one is
+  permanent, as above.
 - An outage is not the message's fault: an error meaning the credits database cannot be reached is classified here
   (database_unavailable); the waiting, the polling and what follows are credits/outage.py's.
 - Backoff: capped exponential with equal jitter (core/backoff.py); retry n (0-based) waits d/2 + uniform(0, d/2)
@@ -54,7 +55,7 @@ CONNECTION_ERRORS = frozenset(
 _PERMANENT = {
     MalformedMessage: Reason.MALFORMED,
     UnsupportedSchemaVersion: Reason.UNSUPPORTED_SCHEMA,
-    # Permanent for this consumer; handed back for a newer one until the wait runs out (credits/tasks.py).
+    # Permanent for this consumer; forwarded to its version's queue until the wait there runs out (credits/versions.py).
     NewerSchemaVersion: Reason.VERSION_NOT_SUPPORTED,
     # Trying it again could kill another worker; an operator replays it after a look.
     Redelivered: Reason.UNEXPECTED,
@@ -74,7 +75,7 @@ class Failure:
 
     @property
     def newer_version(self) -> bool:
-        """Whether the message is newer than this consumer accepts: hand it back while the wait lasts."""
+        """Whether the message is newer than this consumer accepts: forwarded, or it waited out its version's queue."""
         return self.reason == Reason.VERSION_NOT_SUPPORTED
 
 
@@ -105,11 +106,6 @@ def failure_classify(exc: BaseException) -> Failure:
 def max_retries() -> int:
     """Return how many more tries a message gets after its first, by retry or by redelivery (CREDITS_MAX_RETRIES)."""
     return settings.CREDITS_MAX_RETRIES
-
-
-def newer_version_wait_seconds() -> float:
-    """Return how long a newer message may wait for a consumer that knows it (CREDITS_UNKNOWN_VERSION_WAIT_SECONDS)."""
-    return settings.CREDITS_UNKNOWN_VERSION_WAIT_SECONDS
 
 
 def retry_allowed(failure: Failure, *, retries: int) -> bool:

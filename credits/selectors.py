@@ -1,16 +1,26 @@
-"""Reads for credits: a user's balance and entries, the credit status of orders, and open dead letters."""
+"""Reads for credits: a user's balance and entries, the credit status of orders, open dead letters, and the messages
+waiting in each version's queue on the broker."""
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import datetime
 
+from amqp.exceptions import ChannelError
+from django.conf import settings
 from django.db import DatabaseError
 from django.db.models import QuerySet, Value
+from kombu import Connection
 
+from core.broker import connection_ensure
+from core.contract import SCHEMA_VERSIONS, credits_queue_name
 from core.minutes import Minutes, counts_per_minute
 from credits.models import CreditBalance, DeadLetter, OrderCredit
 
 logger = logging.getLogger(__name__)
+
+# A scrape reads the version queues from the broker: a broker that does not answer must not hold it up for long.
+BROKER_READ_TIMEOUT_SECONDS = 2.0
 
 
 class CreditStatus:
@@ -73,3 +83,32 @@ def credit_award_times(*, since: datetime, limit: int) -> list[tuple[int, dateti
     """Return (order id, award time) of the newest credits awarded since then, at most `limit` of them."""
     credits = OrderCredit.objects.filter(created_at__gte=since).order_by("-created_at")
     return list(credits.values_list("order_id", "created_at")[:limit])
+
+
+@dataclass(frozen=True)
+class VersionQueue:
+    version: int
+    queue: str
+    messages: int  # ready to deliver: waiting for a consumer of the version
+    consumers: int
+
+
+def version_queues() -> list[VersionQueue]:
+    """Return, for each message version this code knows, how many messages its queue holds and how many consume it.
+
+    Read from the broker (passive declares on one connection, a few milliseconds); a queue not declared yet holds
+    nothing and has no consumer. Raises the broker's error when it cannot be reached.
+    """
+    found = []
+    with Connection(settings.CELERY_BROKER_URL, connect_timeout=BROKER_READ_TIMEOUT_SECONDS) as conn:
+        connection_ensure(conn, timeout=BROKER_READ_TIMEOUT_SECONDS)
+        channel = conn.channel()
+        for version in sorted(SCHEMA_VERSIONS):
+            name = credits_queue_name(version)
+            try:
+                _, messages, consumers = channel.queue_declare(name, passive=True)
+            except ChannelError:  # not found: the broker closed the channel
+                messages = consumers = 0
+                channel = conn.channel()
+            found.append(VersionQueue(version=version, queue=name, messages=messages, consumers=consumers))
+    return found

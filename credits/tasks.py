@@ -1,7 +1,8 @@
 """The credits consumer as a Celery task: parse the message, call the award service, apply the retry policy.
 
 Delivery (config/celery.py): acks late, and a message whose worker process dies mid-task is requeued, so every
-message is applied at least once; the UNIQUE order_id in the award service makes the effect exactly once.
+message is applied at least once; the UNIQUE order_id in the award service makes the effect exactly once. A message
+of a version this consumer does not accept is forwarded or dead-lettered by credits/versions.py.
 """
 
 import logging
@@ -17,9 +18,10 @@ from django.utils import timezone
 
 from core import tracing
 from core.contract import AWARD_CREDITS_TASK, QUEUE_TYPE_QUORUM
+from core.credits_queues import queue_for
 from core.logs import transaction_bind, transaction_unbind
-from credits import metrics, outage, retry, services
-from credits.errors import MalformedMessage, Redelivered
+from credits import metrics, outage, retry, services, versions
+from credits.errors import MalformedMessage, NewerSchemaVersion, Redelivered
 from credits.headers import headers_to_carry, message_age_seconds
 from credits.messages import award_message_parse
 
@@ -30,10 +32,6 @@ logger = logging.getLogger(__name__)
 OUTAGE_REPUBLISH_SECONDS = 1
 # Carried from one retry to the next, so the dead letter can say when the message first failed.
 FIRST_FAILED_HEADER = "credits_first_failed_at"
-# Carried from one hand-back of a too-new message to the next: when a consumer first handed it back (which bounds its
-# wait, CREDITS_UNKNOWN_VERSION_WAIT_SECONDS) and how many times, which sets the next backoff.
-NEWER_VERSION_FIRST_SEEN_HEADER = "credits_newer_version_first_seen_at"
-NEWER_VERSION_HANDBACKS_HEADER = "credits_newer_version_handbacks"
 # Set by quorum queues: how many times this message was delivered before and came back unacknowledged.
 DELIVERY_COUNT_HEADER = "x-delivery-count"
 
@@ -82,18 +80,12 @@ def _fail(task: Task, exc: Exception, payload: Any) -> NoReturn:
     failure = retry.failure_classify(exc)
     request = task.request
     if failure.outage:
-        _requeue_during_outage(task, failure, exc)
+        _requeue_during_outage(task, failure, exc, payload)
     now = timezone.now()
     first_failed_at = _first_failed_at(request) or now
     error = failure.error
     if failure.newer_version:
-        first_seen = _header_datetime(request, NEWER_VERSION_FIRST_SEEN_HEADER) or now
-        waited = (now - first_seen).total_seconds()
-        if waited < retry.newer_version_wait_seconds():
-            _hand_back_newer_version(task, failure, exc, first_seen=first_seen)
-        first_failed_at = first_seen
-        handbacks = _handbacks(request)
-        error = f"{error}; no consumer that accepts it took it in {waited:.0f}s ({handbacks} hand-back(s))"
+        error = f"{error}; {versions.waited_error(request)}"
     if retry.retry_allowed(failure, retries=request.retries):
         delay = _countdown(retry.retry_delay(request.retries))
         try:
@@ -102,6 +94,9 @@ def _fail(task: Task, exc: Exception, payload: Any) -> NoReturn:
                     exc=exc,
                     countdown=delay,
                     headers={FIRST_FAILED_HEADER: first_failed_at.isoformat(), **headers_to_carry(request)},
+                    # Its version's queue, named: on quorum queues Celery would route the delayed message by the
+                    # task's route (`credits`) instead of the delivery's.
+                    queue=queue_for(versions.resend_queue(request, payload)),
                     throw=False,
                 )
         except Reject as not_published:
@@ -143,7 +138,7 @@ def _fail(task: Task, exc: Exception, payload: Any) -> NoReturn:
         record_failure = retry.failure_classify(record_exc)
         if record_failure.outage:
             # Every dead letter gets its row: try the whole message again once the database is back.
-            _requeue_during_outage(task, record_failure, record_exc)
+            _requeue_during_outage(task, record_failure, record_exc, payload)
         # The broker copy in credits.dead still holds the message.
         recorded = f"NOT recorded for the admin ({type(record_exc).__name__}: {record_exc}); it is in credits.dead"
     metrics.DEAD_LETTERED.labels(reason=failure.reason).inc()
@@ -160,7 +155,7 @@ def _fail(task: Task, exc: Exception, payload: Any) -> NoReturn:
     raise Reject(error, requeue=False) from exc
 
 
-def _requeue_during_outage(task: Task, failure: retry.Failure, exc: Exception) -> NoReturn:
+def _requeue_during_outage(task: Task, failure: retry.Failure, exc: Exception, payload: Any) -> NoReturn:
     """Put the message back on the queue as it was: the database being down is not the message's fault.
 
     A classic queue takes it back as it is (reject with requeue). A quorum queue would count that as a delivery,
@@ -178,52 +173,24 @@ def _requeue_during_outage(task: Task, failure: retry.Failure, exc: Exception) -
     if settings.CELERY_QUEUE_TYPE != QUEUE_TYPE_QUORUM or request.is_eager:
         raise Reject(failure.error, requeue=True) from exc
     raise _republish(
-        task, exc, countdown=OUTAGE_REPUBLISH_SECONDS, headers=_carried_headers(request), error=failure.error
+        task,
+        exc,
+        countdown=OUTAGE_REPUBLISH_SECONDS,
+        headers=_carried_headers(request),
+        error=failure.error,
+        queue=versions.resend_queue(request, payload),
     )
 
 
-def _handbacks(request) -> int:
-    value = _header(request, NEWER_VERSION_HANDBACKS_HEADER)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
-
-
-def _hand_back_newer_version(task: Task, failure: retry.Failure, exc: Exception, *, first_seen: datetime) -> NoReturn:
-    """Send a message newer than this consumer accepts back through the queue, after a backoff, its retries unchanged.
-
-    Any consumer may take it then: during a rolling upgrade, one that accepts its version. On either queue type it is
-    published again with a countdown (a classic queue's worker holds it until then; a quorum queue's broker does, by
-    native delayed delivery), and the delivery in hand is acknowledged. Its headers say when it was first handed back
-    and how often, so the wait is bounded and the backoff grows from one consumer to the next.
-    """
-    request = task.request
-    handbacks = _handbacks(request)
-    delay = _countdown(retry.retry_delay(handbacks))
-    metrics.VERSION_HANDBACKS.inc()
-    logger.warning(
-        "credits message %s handed back for a newer consumer (hand-back %d, again in %.2fs): %s",
-        request.id,
-        handbacks + 1,
-        delay,
-        failure.error,
-    )
-    if request.is_eager:
-        raise Reject(failure.error, requeue=True) from exc
-    headers = _carried_headers(request) | {
-        NEWER_VERSION_FIRST_SEEN_HEADER: first_seen.isoformat(),
-        NEWER_VERSION_HANDBACKS_HEADER: handbacks + 1,
-    }
-    with tracing.span("credits.hand_back", attributes={"credits.handbacks": handbacks + 1, "credits.delay_s": delay}):
-        handed_back = _republish(task, exc, countdown=delay, headers=headers, error=failure.error)
-    raise handed_back
-
-
-def _republish(task: Task, exc: Exception, *, countdown: float, headers: dict, error: str) -> Retry:
-    """Publish the message in hand again with these headers, its retries unchanged; return the Retry to raise.
+def _republish(task: Task, exc: Exception, *, countdown: float, headers: dict, error: str, queue: str) -> Retry:
+    """Publish the message in hand again to `queue` with these headers, retries unchanged; return the Retry to raise.
 
     Raised, the Retry acknowledges the delivery in hand. If the publish fails, Reject puts the delivery back instead.
     """
     request = task.request
-    again = task.signature_from_request(request, countdown=countdown, retries=request.retries, headers=headers)
+    again = task.signature_from_request(
+        request, queue=queue_for(queue), countdown=countdown, retries=request.retries, headers=headers
+    )
     try:
         again.apply_async()
     except Exception as publish_exc:  # the broker copy stays unacknowledged, so the queue keeps it
@@ -262,6 +229,8 @@ def award_credits(self: Task, *args: Any, **kwargs: Any) -> str:
 def _award(self: Task, request, args: tuple, kwargs: dict) -> str:
     well_formed_call = not args and set(kwargs) == {"message"}
     payload = kwargs["message"] if well_formed_call else {"args": list(args), "kwargs": kwargs}
+    if versions.dead_lettered_before(request):
+        raise versions.pass_on(request)
     try:
         if (redeliveries := _redeliveries(request)) > retry.max_retries():
             raise Redelivered(f"delivered {redeliveries + 1} times, never acknowledged (the worker died each time)")
@@ -278,6 +247,10 @@ def _award(self: Task, request, args: tuple, kwargs: dict) -> str:
                     ordered_at=message.ordered_at,
                 )
             )
+    except NewerSchemaVersion as exc:
+        if not versions.waited(request):
+            return versions.forward(self, request, payload, exc, headers=_carried_headers(request))
+        _fail(self, exc, payload)
     except Exception as exc:  # every failure goes through the one retry policy
         _fail(self, exc, payload)
     if not award.created:

@@ -1,7 +1,8 @@
 """Publishing batches to RabbitMQ on one confirm-mode connection: write a batch, then wait once for its confirms.
 
 Every message of a batch is written to the channel without waiting, then one wait collects the broker's basic.ack /
-basic.nack by delivery tag: one round trip per batch, not per message.
+basic.nack by delivery tag: one round trip per batch, not per message. Each message goes to the queue of its schema
+version (core/credits_queues.py), declared on the connection before the first message for it.
 """
 
 import contextlib
@@ -15,7 +16,8 @@ from kombu import Queue
 
 from core import tracing
 from core.broker import BROKER_ERRORS, close_connection, connection_ensure
-from core.contract import CREDITS_DEAD_QUEUE, CREDITS_QUEUE
+from core.contract import CREDITS_DEAD_QUEUE, CREDITS_EXPIRED_QUEUE, CREDITS_QUEUE, credits_queue_name
+from core.credits_queues import queue_for, wait_expiration_seconds
 from outbox.claims import ClaimedMessage
 from outbox.messages import build_task_message
 
@@ -65,6 +67,8 @@ class Publisher:
         # Delivery tag -> (message id, its batch), in tag order (dicts keep insertion order).
         self._unconfirmed: dict[int, tuple[str, PendingBatch]] = {}
         self._returned: dict[str, str] = {}
+        # Queue name -> the time to live its messages get ("" for none), for each queue declared on this connection.
+        self._routes: dict[str, str] = {}
 
     @property
     def connected(self) -> bool:
@@ -110,6 +114,7 @@ class Publisher:
         channel.events["basic_nack"].add(self._on_nack)
         channel.events["basic_return"].add(self._on_return)
         self._conn, self._channel, self._next_tag = conn, channel, 0
+        self._routes = {CREDITS_QUEUE: ""} if self.queue is None else {self.queue.name: _ttl(self.queue.name)}
 
     def close(self, *, graceful: bool = True) -> None:
         """Drop the connection; the next publish reconnects. After an error, drop it without the close handshake."""
@@ -143,7 +148,8 @@ class Publisher:
         built = []
         for message in messages:
             try:
-                built.append((message.id, build_task_message(message)))
+                name = self.queue.name if self.queue is not None else _queue_name(message)
+                built.append((message.id, build_task_message(message), name))
             except (TypeError, ValueError) as exc:
                 batch.result.failed[message.id] = f"cannot build the task message: {exc}"
         sent = 0
@@ -151,8 +157,16 @@ class Publisher:
             self.connect()
             queue = self._queue()
             exchange, routing_key = queue.exchange.name, queue.routing_key
+            routed = self.queue is None
+            for _, _, name in built:
+                if name not in self._routes:
+                    self._route_declare(name)
             with self._one_write():
-                for message_id, amqp_message in built:
+                for message_id, amqp_message, name in built:
+                    if routed:
+                        routing_key = name
+                    if expiration := self._routes[name]:
+                        amqp_message.properties["expiration"] = expiration
                     self._next_tag += 1
                     self._unconfirmed[self._next_tag] = (message_id, batch)
                     batch.unsettled += 1
@@ -163,7 +177,7 @@ class Publisher:
                     )
         except BROKER_ERRORS as exc:
             self._fail_in_flight(exc)
-            for message_id, _ in built[sent:]:
+            for message_id, _, _ in built[sent:]:
                 batch.result.failed[message_id] = _reason(exc)
             batch.result.broker_error = exc
         return batch
@@ -223,7 +237,16 @@ class Publisher:
         if self.queue is not None:
             return [self.queue]
         # The consumer may not have started yet; declaring here keeps the first messages from being unroutable.
-        return [app.amqp.queues[CREDITS_QUEUE], app.amqp.queues[CREDITS_DEAD_QUEUE]]
+        # credits.expired before any version's queue, which dead-letters into it.
+        return [app.amqp.queues[name] for name in (CREDITS_QUEUE, CREDITS_DEAD_QUEUE, CREDITS_EXPIRED_QUEUE)]
+
+    def _route_declare(self, name: str) -> None:
+        """Declare a version's queue (durable, bound under its name) the first time this connection routes to it.
+
+        Declared by the relay, a version's queue holds its messages while no consumer of that version runs yet.
+        """
+        queue_for(name)(self._channel).declare()
+        self._routes[name] = _ttl(name)
 
     def _queue(self) -> Queue:
         return self.queue if self.queue is not None else app.amqp.queues[CREDITS_QUEUE]
@@ -263,6 +286,17 @@ class Publisher:
             batch.result.failed[message_id] = error
         else:
             batch.result.confirmed.append(message_id)
+
+
+def _ttl(name: str) -> str:
+    """Return the AMQP expiration (milliseconds, as text) of a message published to this queue, "" for none."""
+    seconds = wait_expiration_seconds(name)
+    return "" if seconds is None else str(round(seconds * 1000))
+
+
+def _queue_name(message: ClaimedMessage) -> str:
+    payload = message.payload
+    return credits_queue_name(payload.get("schema_version") if isinstance(payload, dict) else None)
 
 
 def _reason(exc: BaseException) -> str:

@@ -44,6 +44,8 @@ class Cluster:
     process_env: dict[str, dict[str, str]] = field(default_factory=dict)
     # Per process name: arguments added to its command line (another Celery pool, say).
     process_args: dict[str, list[str]] = field(default_factory=dict)
+    # Per process name: the checkout it runs from, when not this one (a release before, testkit/releases.py).
+    process_cwd: dict[str, Path] = field(default_factory=dict)
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     # Like systemd's Restart=always: a process that exits on its own is started again, and counted here. Celery's
     # prefork pool can die on reconnecting after its children were killed (celery/celery#9250, "file descriptor is
@@ -131,7 +133,7 @@ class Cluster:
         with open(self.workdir / "logs" / f"{name}.log", "ab") as log:
             self.procs[name] = subprocess.Popen(
                 [*self.commands()[name], *self.process_args.get(name, [])],
-                cwd=ROOT,
+                cwd=self.process_cwd.get(name, ROOT),
                 env=self.env(name),
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -216,6 +218,16 @@ class Cluster:
                         os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait(timeout=10)
             self.procs.pop(name)
+
+    def wait_ready(self, name: str, timeout: float = 60, *, times: int = 1) -> float:
+        """Wait until a Celery worker's log says it is ready to consume, the `times`-th time since the cluster's
+        first start (its log is kept across restarts); return the seconds waited."""
+        started = time.monotonic()
+        while self.logs(name, tail=1_000_000).count(" ready.") < times:
+            if time.monotonic() - started > timeout:
+                raise RuntimeError(f"{name} was not ready within {timeout:.0f}s; see {self.workdir / 'logs'}")
+            time.sleep(0.1)
+        return time.monotonic() - started
 
     def logs(self, name: str, tail: int = 40) -> str:
         path = self.workdir / "logs" / f"{name}.log"

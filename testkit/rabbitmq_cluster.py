@@ -7,7 +7,7 @@ from pathlib import Path
 from kombu import Connection
 
 from config.celery import task_queues
-from core.contract import CREDITS_DEAD_QUEUE, CREDITS_QUEUE, OUTBOX_QUEUE, QUEUE_TYPE_QUORUM
+from core.contract import ANALYTICS_QUEUE, QUEUE_TYPE_QUORUM
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "rabbitmq_cluster.sh"
@@ -84,7 +84,8 @@ class RabbitCluster:
         """Delete the service's queues and declare them again as quorum queues with this retry limit."""
         with Connection(self.broker_url) as conn:
             channel = conn.default_channel
-            for name in (OUTBOX_QUEUE, CREDITS_QUEUE, CREDITS_DEAD_QUEUE):
-                channel.queue_delete(name)
+            for queue in task_queues(queue_type=QUEUE_TYPE_QUORUM, max_retries=max_retries):
+                if queue.name != ANALYTICS_QUEUE:
+                    channel.queue_delete(queue.name)
             for queue in task_queues(queue_type=QUEUE_TYPE_QUORUM, max_retries=max_retries):
                 queue(channel).declare()

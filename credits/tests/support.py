@@ -17,7 +17,7 @@ from django.db import connections
 from kombu import Connection
 
 from config.celery import app
-from core.contract import CREDITS_DEAD_QUEUE, CREDITS_QUEUE
+from core.contract import CREDITS_DEAD_QUEUE, CREDITS_EXPIRED_QUEUE, CREDITS_QUEUE, SCHEMA_VERSIONS, credits_queue_name
 from orders.services import order_create
 from outbox.claims import ClaimedMessage
 from outbox.models import TransactionLog
@@ -63,23 +63,24 @@ def wait_until(predicate: Callable[[], object], *, timeout: float = 30.0, interv
 
 
 def broker_reset() -> None:
-    """Declare the credits queues (and the dead-letter route) and empty them."""
+    """Declare the credits queues, one per version, and the dead-letter route, and empty them."""
+    versions = [credits_queue_name(version) for version in SCHEMA_VERSIONS if version > 1]
     with Connection(settings.CELERY_BROKER_URL) as conn:
         channel = conn.default_channel
-        for name in (CREDITS_QUEUE, CREDITS_DEAD_QUEUE):
+        for name in (CREDITS_QUEUE, *versions, CREDITS_EXPIRED_QUEUE, CREDITS_DEAD_QUEUE):
             queue = app.amqp.queues[name].bind(channel)
             queue.declare()
             queue.purge()
 
 
 def queue_take(name: str) -> list[dict]:
-    """Remove and return every ready message in a queue as {"headers", "args", "kwargs"}."""
+    """Remove and return every ready message in a queue as {"headers", "args", "kwargs", "properties"}."""
     taken = []
     with Connection(settings.CELERY_BROKER_URL) as conn:
         channel = conn.default_channel
         while (message := channel.basic_get(name, no_ack=True)) is not None:
             args, kwargs, _embed = json.loads(message.body)
-            taken.append({"headers": message.headers, "args": args, "kwargs": kwargs})
+            taken.append({"headers": message.headers, "args": args, "kwargs": kwargs, "properties": message.properties})
     return taken
 
 

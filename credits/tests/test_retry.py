@@ -58,7 +58,7 @@ def test_the_database_being_down_is_transient():
     [
         (MalformedMessage("bad"), Reason.MALFORMED, False),
         (UnsupportedSchemaVersion("v0"), Reason.UNSUPPORTED_SCHEMA, False),
-        # Never retried; handed back to the queue instead while the wait lasts (credits/tasks.py).
+        # Never retried; forwarded to its version's queue, or dead-lettered once it waited there (credits/versions.py).
         (NewerSchemaVersion("v3"), Reason.VERSION_NOT_SUPPORTED, False),
         # Not known to be permanent, so retried: the design reconsumes every failing message before dead-lettering.
         (ValueError("bug"), Reason.UNEXPECTED, True),

@@ -1,55 +1,68 @@
-"""Rolling out message version 2 while orders flow, with real processes, in the order docs/OPERATIONS.md gives.
+"""Rolling out routing by version and message version 2 while orders flow, with real processes of both releases, in
+the order docs/OPERATIONS.md ("Deploying a new version") gives; on classic queues and on quorum queues.
 
-A consumer still on the release before (CREDITS_ACCEPTED_MESSAGE_VERSIONS=1) runs beside an upgraded one (1,2); the
-producer switches to version 2 mid-stream (a second gunicorn with ORDER_MESSAGE_VERSION=2 takes the traffic, as a
-rolling web deploy does). Every order is credited once and nothing is dead-lettered: the old consumer hands version-2
-messages back for the new one. Then the upgraded consumer stops: version-2 messages wait, no dead letter and no retry
-spent, and are credited once it is back.
+The release before routing (a git worktree of it, testkit/releases.py) runs the relay, the outbox worker and a
+consumer accepting versions 1 and 2; version-1 and version-2 orders flow the whole time (two gunicorns, one with
+ORDER_MESSAGE_VERSION=2). Its relay publishes both versions to `credits`. Then, as the runbook says:
+1. this release's consumer starts and the old one stops: it takes `credits` (both versions) and `credits.v2`;
+2. this release's relay and outbox worker start and the old ones stop: version 2 now goes to `credits.v2`;
+3. a consumer of the release before accepting only version 1 starts, and the consumer accepting version 2 goes away
+   for a minute: version-2 orders wait in `credits.v2`, none credited or dead-lettered, while version-1 orders are
+   credited at once; the old consumer receives no version-2 message, so it hands nothing back;
+4. a consumer accepting version 2 starts: the waiting orders are credited within seconds.
+Every order is credited exactly once, with no dead letter and no retry spent.
 """
 
 import re
-import signal
 import time
 
 import pytest
-import requests
+from django.conf import settings
 from django.db import connections
+from kombu import Connection
 
 from accounts.services import api_token_create
-from core.contract import CREDITS_DEAD_QUEUE
-from credits.tests.support import queue_depth
+from core.contract import CREDITS_DEAD_QUEUE, QUEUE_TYPE_QUORUM
 from testkit.harness import Cluster, Ledger, OrderStream, wait_for_credits, wait_until_credited
 from testkit.processes import free_port
-from testkit.waiting import wait_for
+from testkit.releases import BEFORE_VERSION_ROUTING, release_checkout
 
 pytestmark = pytest.mark.slow
 
-RATE = 20  # orders per second, across all clients
+RATE = 5  # orders per second, per message version
 PHASE_SECONDS = 6
+AWAY_SECONDS = 60
+# "At once": a version-1 order placed while the version-2 consumer is away is credited within this.
+AT_ONCE_SECONDS = 5
+BACK_LIMIT_SECONDS = 10
 CATCH_UP_LIMIT_SECONDS = 90
-HANDBACK = "handed back for a newer consumer"
+HANDBACK = "handed back for a newer consumer"  # what a consumer of the release before logs for each hand-back
 RETRY_SPENT = re.compile(r"failed \(\w+\), retry")
+OLD = ("old-relay", "old-outbox", "old-credits", "older-credits")
 
 
 class RolloutCluster(Cluster):
-    """The usual processes, plus a credits worker of the release before and a web already writing version 2."""
+    """The usual processes, a web already writing version 2, and processes of the release before routing."""
 
     web_v2_port: int = 0
 
     def commands(self) -> dict[str, list[str]]:
         commands = super().commands()
-        commands["credits-v1"] = [
-            arg.replace("credits@", "credits-v1@") for arg in commands["credits"]
-        ]  # same queue, another node name
-        commands["web-v2"] = [
-            arg if not arg.startswith("--bind=") else f"--bind=127.0.0.1:{self.web_v2_port}" for arg in commands["web"]
-        ]
-        return commands
 
+        def renamed(base: str, name: str) -> list[str]:
+            return [arg.replace(f"{base}@", f"{name}@") for arg in commands[base]]
 
-def orders_acknowledged(ledger: Ledger) -> set[int]:
-    with ledger.lock:
-        return {order_id for order_id, _ in ledger.acknowledged.values()}
+        return {
+            **commands,
+            "web-v2": [
+                arg if not arg.startswith("--bind=") else f"--bind=127.0.0.1:{self.web_v2_port}"
+                for arg in commands["web"]
+            ],
+            "old-relay": commands["relay"],
+            "old-outbox": renamed("outbox", "old-outbox"),
+            "old-credits": renamed("credits", "old-credits"),
+            "older-credits": renamed("credits", "older-credits"),
+        }
 
 
 def credited(order_ids: set[int]) -> set[int]:
@@ -61,6 +74,20 @@ def credited(order_ids: set[int]) -> set[int]:
         return {row[0] for row in cursor.fetchall()}
 
 
+def credit_delays(order_ids: set[int]) -> list[float]:
+    """Return, for each of these orders credited, the seconds from its order's creation to its credit's."""
+    placeholders = ",".join(["%s"] * len(order_ids)) or "NULL"
+    with connections["default"].cursor() as cursor:
+        cursor.execute(f"SELECT id, created_at FROM orders WHERE id IN ({placeholders})", list(order_ids))
+        ordered = dict(cursor.fetchall())
+    connections["credits"].close()
+    with connections["credits"].cursor() as cursor:
+        cursor.execute(
+            f"SELECT order_id, created_at FROM order_credits WHERE order_id IN ({placeholders})", list(order_ids)
+        )
+        return [(at - ordered[oid]).total_seconds() for oid, at in cursor.fetchall()]
+
+
 def dead_letters() -> int:
     connection = connections["credits"]
     connection.close()
@@ -69,127 +96,147 @@ def dead_letters() -> int:
         return cursor.fetchone()[0]
 
 
-def versions_and_dates(user_ids: list[int]) -> list[tuple[int, int, object, object]]:
-    """Return (order id, message version, order created_at, credit ordered_at) for each order of these users."""
-    placeholders = ",".join(["%s"] * len(user_ids))
-    with connections["default"].cursor() as cursor:
-        cursor.execute(
-            "SELECT o.id, JSON_VALUE(t.payload, '$.schema_version'), o.created_at FROM orders o"
-            f" JOIN transaction_log t ON t.id = o.transaction_id WHERE o.user_id IN ({placeholders})",
-            user_ids,
-        )
-        orders = {order_id: (int(version), created_at) for order_id, version, created_at in cursor.fetchall()}
-    with connections["credits"].cursor() as cursor:
-        cursor.execute(f"SELECT order_id, ordered_at FROM order_credits WHERE user_id IN ({placeholders})", user_ids)
-        ordered_at = dict(cursor.fetchall())
-    return [(oid, version, created_at, ordered_at.get(oid)) for oid, (version, created_at) in sorted(orders.items())]
+def placed(ledger: Ledger) -> set[int]:
+    with ledger.lock:
+        return {order_id for order_id, _ in ledger.acknowledged.values()}
 
 
-def wait_healthy(base_url: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            if requests.get(f"{base_url}/healthz", timeout=5).status_code == 200:
-                return
-        except requests.RequestException:
-            pass
-        time.sleep(0.3)
-    raise RuntimeError(f"{base_url} did not answer within {timeout:.0f}s")
+def dead_queue_depth(broker_url: str) -> int:
+    with Connection(broker_url) as conn:
+        return conn.default_channel.queue_declare(CREDITS_DEAD_QUEUE, passive=True).message_count
 
 
-@pytest.fixture
-def rollout(cluster):
-    """The cluster fixture's set-up, with the two extra processes and fast hand-backs (backoff 0.2 s up to 2 s)."""
+@pytest.fixture(scope="module")
+def release_before():
+    with release_checkout(BEFORE_VERSION_ROUTING) as path:
+        yield path
+
+
+@pytest.fixture(params=["classic", "quorum"])
+def rollout(request, cluster, release_before):
+    """The processes of both releases, each with its own database user: on the test broker with classic queues, or on
+    the three-node cluster with quorum queues."""
+    service, broker_url = cluster.service_env, settings.CELERY_BROKER_URL
+    if request.param == QUEUE_TYPE_QUORUM:
+        rabbit = request.getfixturevalue("rabbitmq_cluster")
+        rabbit.ensure_running()
+        rabbit.queues_recreate(max_retries=settings.CREDITS_MAX_RETRIES)
+        broker_url = rabbit.broker_url
+        service = {**service, "CELERY_BROKER_URL": broker_url, "CELERY_QUEUE_TYPE": QUEUE_TYPE_QUORUM}
+    process_env = cluster.process_env
+    process_env = {
+        **process_env,
+        **{old: process_env.get(old.split("-")[1], {}) for old in OLD},
+        "older-credits": {**process_env.get("credits", {}), "CREDITS_ACCEPTED_MESSAGE_VERSIONS": "1"},
+        "web-v2": {**process_env.get("web", {}), "ORDER_MESSAGE_VERSION": "2"},
+    }
     rollout = RolloutCluster(
-        service_env=cluster.service_env,
+        service_env=service,
         workdir=cluster.workdir,
         port=cluster.port,
-        extra_env={"CREDITS_RETRY_BASE_SECONDS": "0.2", "CREDITS_RETRY_MAX_SECONDS": "2"},
-        process_env={
-            **cluster.process_env,
-            "credits-v1": {**cluster.process_env["credits"], "CREDITS_ACCEPTED_MESSAGE_VERSIONS": "1"},
-            "web-v2": {**cluster.process_env.get("web", {}), "ORDER_MESSAGE_VERSION": "2"},
-        },
+        process_env=process_env,
+        process_cwd=dict.fromkeys(OLD, release_before),
     )
     rollout.web_v2_port = free_port()
+    rollout.broker_url = broker_url
     try:
         yield rollout
     finally:
         rollout.stop()
 
 
-def test_version_2_rolls_out_while_orders_flow_and_waits_for_a_consumer_that_knows_it(rollout, make_user, capsys):
-    users = [make_user(f"rollout{i}") for i in range(4)]
-    user_ids = [u.pk for u in users]
-    tokens = [api_token_create(user=u)[1] for u in users]
-    rollout.start("web", "relay", "outbox", "beat", "credits", "credits-v1")
-    ledger = Ledger()
-    old_web = OrderStream(rollout.base_url, tokens, rate=RATE, ledger=ledger, seed=1)
-    old_web.start()
+def test_routing_by_version_rolls_out_and_a_newer_message_waits_for_a_consumer_that_knows_it(
+    rollout, make_user, capsys
+):
+    users = {version: [make_user(f"rollout-v{version}-{i}") for i in range(2)] for version in (1, 2)}
+    tokens = {version: [api_token_create(user=u)[1] for u in users[version]] for version in (1, 2)}
+    ledgers = {1: Ledger(), 2: Ledger()}
+    phases = {}
+
+    # The release before: its relay, outbox worker and consumer; both message versions flow into `credits`.
+    rollout.start("web", "web-v2", "beat", "old-relay", "old-outbox", "old-credits")
+    web_v2 = f"http://127.0.0.1:{rollout.web_v2_port}"
+    streams = [
+        OrderStream(rollout.base_url, tokens[1], rate=RATE, ledger=ledgers[1], seed=1),
+        OrderStream(web_v2, tokens[2], rate=RATE, ledger=ledgers[2], seed=2),
+    ]
+    for stream in streams:
+        stream.start()
     time.sleep(PHASE_SECONDS)
 
-    # The web deploy: the new release (writing version 2) takes over the traffic.
-    rollout.start("web-v2")
-    web_v2_url = f"http://127.0.0.1:{rollout.web_v2_port}"
-    wait_healthy(web_v2_url)
-    new_web = OrderStream(web_v2_url, tokens, rate=RATE, ledger=ledger, seed=2)
-    new_web.start()
-    old_web.stop()
-    time.sleep(PHASE_SECONDS)
-    mixed = orders_acknowledged(ledger)
-    mixed_caught_up_in = wait_until_credited(mixed, timeout=CATCH_UP_LIMIT_SECONDS)
-    handbacks_mixed = rollout.logs("credits-v1", tail=100_000).count(HANDBACK)
-    dead_mixed = dead_letters()
-
-    # The upgraded consumer stops; only the one of the release before is left.
-    rollout.kill("credits", signal.SIGTERM)
-    before_stop = orders_acknowledged(ledger)
-    time.sleep(PHASE_SECONDS)
-    waiting = orders_acknowledged(ledger) - before_stop
-
-    def handbacks_away() -> int:
-        return rollout.logs("credits-v1", tail=100_000).count(HANDBACK) - handbacks_mixed
-
-    # Each waiting message met the old consumer at least once, and came back to the queue.
-    wait_for(lambda: handbacks_away() >= len(waiting), what=f"{len(waiting)} hand-backs by the version-1 consumer")
-    credited_while_away = credited(waiting)
-    dead_while_away = dead_letters()
-    handed_back_away = handbacks_away()
-
-    # It comes back.
+    # Step 1: the consumers. This release's starts (it takes `credits` and credits.v2); the old one stops gracefully.
     rollout.start("credits")
-    back_caught_up_in = wait_until_credited(waiting, timeout=CATCH_UP_LIMIT_SECONDS)
-    new_web.stop()
-    result, _ = wait_for_credits(ledger, user_ids, timeout=CATCH_UP_LIMIT_SECONDS)
-    rows = versions_and_dates(user_ids)
-    logs = {name: rollout.logs(name, tail=1_000_000) for name in ("credits", "credits-v1")}
+    rollout.wait_ready("credits")
+    phases["old consumer stopped"] = rollout.terminate("old-credits")
+    time.sleep(PHASE_SECONDS)
+
+    # Step 2: the relays. From here version 2 goes to credits.v2.
+    rollout.start("relay", "outbox")
+    rollout.wait_ready("outbox")
+    phases["old relay stopped"] = rollout.terminate("old-relay")
+    phases["old outbox worker stopped"] = rollout.terminate("old-outbox")
+    time.sleep(PHASE_SECONDS)
+    before_away = placed(ledgers[1]) | placed(ledgers[2])
+    moved_caught_up_in = wait_until_credited(before_away, timeout=CATCH_UP_LIMIT_SECONDS)
+    dead_moved = dead_letters()
+
+    # Step 3: a consumer of the release before accepting only version 1 starts; the one accepting 2 goes away.
+    rollout.start("older-credits")
+    rollout.wait_ready("older-credits")
+    v1_before, v2_before = placed(ledgers[1]), placed(ledgers[2])
+    rollout.terminate("credits")
+    time.sleep(AWAY_SECONDS)
+    v1_away, v2_away = placed(ledgers[1]) - v1_before, placed(ledgers[2]) - v2_before
+    v2_credited_away = credited(v2_away)
+    dead_away = dead_letters()
+    time.sleep(AT_ONCE_SECONDS)  # the version-1 orders placed last are due too
+    v1_delays = credit_delays(v1_away)
+
+    # Step 4: a consumer accepting version 2 starts.
+    started = time.monotonic()
+    rollout.start("credits")
+    ready_in = rollout.wait_ready("credits", times=2)
+    wait_until_credited(v2_away, timeout=CATCH_UP_LIMIT_SECONDS)
+    back_caught_up_in = time.monotonic() - started
+    for stream in streams:
+        stream.stop()
+    results = {
+        version: wait_for_credits(ledgers[version], [u.pk for u in users[version]], timeout=90)[0] for version in (1, 2)
+    }
+    logs = {name: rollout.logs(name, tail=1_000_000) for name in ("credits", "old-credits", "older-credits")}
+    handbacks = {name: text.count(HANDBACK) for name, text in logs.items()}
+    older_received = len(re.findall(r"award_credits\[\w+\] received", logs["older-credits"]))
     retries_spent = sum(len(RETRY_SPENT.findall(text)) for text in logs.values())
     with capsys.disabled():
         print(
-            f"\nversion 1 orders: {sum(1 for r in rows if r[1] == 1)}, version 2: {sum(1 for r in rows if r[1] == 2)}"
-            f"\nmixed consumers: {len(mixed)} orders credited {mixed_caught_up_in:.1f} s after the phase,"
-            f" {handbacks_mixed} hand-backs by the version-1 consumer, {dead_mixed} dead letters"
-            f"\nupgraded consumer away: {len(waiting)} version-2 orders waited ({len(credited_while_away)} credited,"
-            f" {dead_while_away} dead letters, {handed_back_away} hand-backs); all credited {back_caught_up_in:.1f} s"
-            f" after it returned\n{result}\nclient statuses: {dict(ledger.statuses)}; retries spent: {retries_spent};"
-            f" restarted by the supervisor: {dict(rollout.restarts)}"
+            f"\n[{rollout.env().get('CELERY_QUEUE_TYPE', 'classic')}] stops: "
+            + ", ".join(f"{k} {v.seconds:.1f}s rc={v.returncode}" for k, v in phases.items())
+            + f"\nbefore the away phase: {len(before_away)} orders credited {moved_caught_up_in:.1f} s after it,"
+            f" {dead_moved} dead letters"
+            f"\naway {AWAY_SECONDS} s: {len(v1_away)} v1 orders ({len(v1_delays)} credited, in at most"
+            f" {max(v1_delays, default=0):.2f} s), {len(v2_away)} v2 orders ({len(v2_credited_away)} credited,"
+            f" {dead_away} dead letters)"
+            f"\nv2 consumer back: ready in {ready_in:.1f} s, every waiting v2 order credited {back_caught_up_in:.1f} s"
+            " after its start"
+            f"\nv1 {results[1]}\nv2 {results[2]}\nhand-backs {handbacks}; messages (all version 1) the v1-only"
+            f" consumer received: {older_received}; retries spent {retries_spent}; restarts {dict(rollout.restarts)}"
         )
 
-    # Both versions flowed, and the old consumer really met version 2 and handed it back.
-    assert {r[1] for r in rows} == {1, 2}
-    assert handbacks_mixed > 0
-    assert dead_mixed == 0
-    assert mixed_caught_up_in <= CATCH_UP_LIMIT_SECONDS
-    # Without a consumer that knows version 2, its messages waited: none credited, none dead-lettered.
-    assert waiting, "orders were placed while the upgraded consumer was away"
-    assert credited_while_away == set()
-    assert dead_while_away == 0
-    # Back again: every order credited once, no dead letter, no retry spent on any of it.
-    assert back_caught_up_in <= CATCH_UP_LIMIT_SECONDS
-    result.assert_nothing_lost_or_duplicated(logs=logs["credits"][-5000:])
-    assert result.dead_letters == 0
-    assert queue_depth(CREDITS_DEAD_QUEUE) == 0
+    assert all(stop.returncode == 0 for stop in phases.values()), phases
+    assert dead_moved == 0
+    # Away: version 2 waited, version 1 went on at once.
+    assert v1_away and v2_away
+    assert v2_credited_away == set()
+    assert dead_away == 0
+    assert len(v1_delays) == len(v1_away)
+    assert max(v1_delays) <= AT_ONCE_SECONDS
+    # Back: every waiting version-2 order credited within seconds of the consumer's start.
+    assert back_caught_up_in <= BACK_LIMIT_SECONDS
+    # The consumer accepting only version 1 never received a version-2 message: nothing handed back by anyone.
+    assert handbacks == {"credits": 0, "old-credits": 0, "older-credits": 0}
+    # Every order credited exactly once; no dead letter, no retry spent.
+    for result in results.values():
+        result.assert_nothing_lost_or_duplicated(logs=logs["credits"][-5000:])
+        assert result.dead_letters == 0
+    assert dead_queue_depth(rollout.broker_url) == 0
     assert retries_spent == 0
-    # A version-2 credit is dated by its order; a version-1 credit does not know the date.
-    assert [(oid, ordered_at) for oid, version, created_at, ordered_at in rows if version == 1 and ordered_at] == []
-    assert [oid for oid, version, created_at, ordered_at in rows if version == 2 and ordered_at != created_at] == []
