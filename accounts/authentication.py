@@ -36,7 +36,7 @@ from django.utils.translation import gettext_lazy as _
 from redis.exceptions import RedisError
 from rest_framework import authentication, exceptions
 
-from accounts.keys import digests_equal, key_digest, key_prefix
+from accounts.keys import digests_equal, key_digest, key_prefixes
 from accounts.models import ApiToken
 from core import sql
 from core.cache import CacheDownLog, cache_get
@@ -56,7 +56,7 @@ _token_users: dict[str, int] = {}
 
 @cache
 def _user_by_token_sql() -> str:
-    """Return SELECT <the token's digest, id, expiry>, <every user column> for the tokens with one key prefix."""
+    """Return SELECT <the token's digest, id, expiry>, <every user column> for the tokens with a key's prefixes."""
     user_model = get_user_model()
     qn = connection.ops.quote_name
     token_columns = ", ".join(f"t.{qn(ApiToken._meta.get_field(name).column)}" for name in TOKEN_FIELDS)
@@ -64,10 +64,10 @@ def _user_by_token_sql() -> str:
     user_table, user_pk = qn(user_model._meta.db_table), qn(user_model._meta.pk.column)
     token_table, token_user = qn(ApiToken._meta.db_table), qn(ApiToken._meta.get_field("user").column)
     token_prefix = qn(ApiToken._meta.get_field("prefix").column)
-    # Identifiers come from model metadata, quoted; the prefix is a query parameter.
+    # Identifiers come from model metadata, quoted; the prefixes (accounts/keys.key_prefixes) are query parameters.
     return (
         f"SELECT {token_columns}, {columns} FROM {token_table} t"  # noqa: S608
-        f" JOIN {user_table} u ON u.{user_pk} = t.{token_user} WHERE t.{token_prefix} = %s"
+        f" JOIN {user_table} u ON u.{user_pk} = t.{token_user} WHERE t.{token_prefix} IN (%s, %s)"
     )
 
 
@@ -127,7 +127,7 @@ def _cached_entry(digest: str) -> tuple | None:
 def _read(key: str, digest: str) -> tuple | None:
     """Return (user, token id, expiry) for `key` from the database, or None when no token has that digest."""
     with connection.cursor() as cursor:
-        cursor.execute(_user_by_token_sql(), [key_prefix(key)])
+        cursor.execute(_user_by_token_sql(), key_prefixes(key))
         rows = cursor.fetchall()
     for row in rows:
         if digests_equal(row[0], digest):

@@ -90,7 +90,7 @@ for _ in $(seq 60); do curl -fs "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1
 curl -fs "http://127.0.0.1:$PORT/healthz" >/dev/null || { echo "web did not become healthy; see $RUN_DIR/logs" >&2; exit 1; }
 
 echo "==> Placing demo orders as user 'demo'"
-$PY scripts/demo_client.py --base-url "http://127.0.0.1:$PORT" --token "$TOKEN" --orders "${DEMO_ORDERS:-50}"
+$PY scripts/demo_client.py --base-url "http://127.0.0.1:$PORT" --token="$TOKEN" --orders "${DEMO_ORDERS:-50}"
 
 echo "==> Seeding a week of history and running last night's report"
 YESTERDAY=$(date -u -d yesterday +%F)

@@ -9,13 +9,24 @@ import requests
 from tqdm import tqdm
 
 
-def main() -> int:
+def arguments(argv: list[str] | None = None) -> argparse.Namespace:
+    """Return the command line's options, read from `argv` (default: this process's arguments)."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--base-url", default="http://127.0.0.1:8000")
-    parser.add_argument("--token", required=True)
+    parser.add_argument(
+        "--token",
+        required=True,
+        metavar="KEY",
+        help="the API key; write --token=KEY, which reads a key made before keys began with cs_ even if it begins "
+        "with '-'",
+    )
     parser.add_argument("--orders", type=int, default=50)
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for every credit")
-    args = parser.parse_args()
+    return parser.parse_args(argv)
+
+
+def main() -> int:
+    args = arguments()
 
     session = requests.Session()
     session.headers["Authorization"] = f"Token {args.token}"

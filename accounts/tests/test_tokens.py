@@ -17,7 +17,7 @@ from django.utils import timezone
 from rest_framework.authtoken.models import Token, TokenProxy
 
 from accounts import authentication
-from accounts.keys import key_digest, key_prefix
+from accounts.keys import KEY_MARK, KEY_PREFIX_LENGTH, key_digest, key_prefix
 from accounts.models import ApiToken
 from accounts.services import api_token_create
 from accounts.tests.support import client_for
@@ -57,7 +57,7 @@ def test_the_database_holds_no_key_in_plain_text_after_a_token_is_created(user):
     key = command_output("create_api_token", user.username, "--name", "laptop")[-1]
     assert get_orders(key).status_code == 200  # the key works, and is now cached too
     assert tables_holding(key) == []
-    assert tables_holding(key[len(key_prefix(key)) :]) == []  # not even the secret part
+    assert tables_holding(key.removeprefix(KEY_MARK)[KEY_PREFIX_LENGTH:]) == []  # not even the secret part
     token = ApiToken.objects.get(user=user)
     assert (token.name, token.prefix, token.digest) == ("laptop", key_prefix(key), key_digest(key))
     assert tables_holding(token.digest) == ["api_tokens.digest"]  # the search finds what is there
@@ -151,6 +151,26 @@ def test_a_key_sharing_its_prefix_with_another_finds_its_own_row(user, other_use
     assert authentication.token_by_key(twin).user == other_user
     assert authentication.token_by_key(key_prefix(key) + "Y" * 35) is None
     assert get_orders(key_prefix(key) + "Y" * 35).status_code == 401
+
+
+@pytest.mark.parametrize("cache_seconds", [0, 30])
+@pytest.mark.parametrize("old_key", ["-" + "a" * 42, "cs_" + "b" * 40, "0123456789abcdef0123456789abcdef01234567"])
+def test_a_key_made_before_the_mark_keeps_working(user, settings, old_key, cache_seconds):
+    settings.API_TOKEN_CACHE_SECONDS = cache_seconds
+    # Stored as it was before the mark: its first characters, even when they happen to be the mark.
+    ApiToken.objects.create(user=user, prefix=old_key[:KEY_PREFIX_LENGTH], digest=key_digest(old_key))
+    assert authentication.token_by_key(old_key).user == user
+    assert get_orders(old_key).status_code == 200
+    assert get_orders(old_key).status_code == 200  # and again, from the cache when there is one
+
+
+def test_a_new_key_is_stored_with_the_characters_after_the_mark(user, settings):
+    settings.API_TOKEN_CACHE_SECONDS = 0
+    token, key = api_token_create(user=user)
+    assert key.startswith(KEY_MARK)
+    assert token.prefix == key[len(KEY_MARK) : len(KEY_MARK) + KEY_PREFIX_LENGTH]
+    assert authentication.token_by_key(key).user == user
+    assert get_orders(key).status_code == 200
 
 
 def test_drf_create_token_makes_a_hashed_token_in_drf_s_output_shape(user):
