@@ -143,13 +143,28 @@ def test_idempotency_key_over_http(api):
     assert Order.objects.count() == 1
 
 
-@pytest.mark.parametrize("key", ["", "k" * 256])
+@pytest.mark.parametrize("key", ["", "k" * 256, "a\tb", "a\x00b", "a\x7fb", "caf\u00e9", "\u00ff" * 10])
 def test_bad_idempotency_key_is_400(api, key):
     response = post(api, VALID, HTTP_IDEMPOTENCY_KEY=key)
 
     assert response.status_code == 400
     assert "Idempotency-Key" in response.json()
     assert_nothing_written()
+
+
+@pytest.mark.parametrize("key", ["k", "k" * 255, " !~", "5b0c8f7e-4a3d-4e2b-9c1a-0d9e8f7a6b5c", "a b"])
+def test_printable_ascii_idempotency_keys_are_accepted(api, key):
+    assert post(api, VALID, HTTP_IDEMPOTENCY_KEY=key).status_code == 201
+    assert post(api, VALID, HTTP_IDEMPOTENCY_KEY=key).headers["Idempotent-Replayed"] == "true"
+
+
+def test_the_openapi_document_states_the_idempotency_key_rule(api):
+    schema = api.get("/api/schema/", HTTP_ACCEPT="application/vnd.oai.openapi+json").json()
+    operation = schema["paths"]["/api/orders/"]["post"]
+    header = next(p for p in operation["parameters"] if p["name"] == "Idempotency-Key")
+
+    assert header["schema"] == {"type": "string", "minLength": 1, "maxLength": 255, "pattern": "^[ -~]*$"}
+    assert "printable ASCII" in header["description"]
 
 
 def test_rate_limit_answers_429_with_retry_after(api, settings):

@@ -101,6 +101,16 @@ def test_a_replay_and_a_reused_key_are_answered_alike(monkeypatch, key):
     assert Order.objects.count() == 1
 
 
+@pytest.mark.parametrize("idempotency_key", ["", "k" * 256, "a\tb", "a\nb", "a\x7fb", "caf\u00e9"])
+def test_a_bad_idempotency_key_is_answered_alike(monkeypatch, key, idempotency_key):
+    fast, slow = both(monkeypatch, lambda: send(key, HTTP_IDEMPOTENCY_KEY=idempotency_key))
+
+    assert fast.status_code == 400
+    assert list(fast.json()) == ["Idempotency-Key"]
+    assert answer(fast) == answer(slow)
+    assert Order.objects.count() == IdempotencyKey.objects.count() == 0
+
+
 def test_the_throttle_counts_each_request_once_whichever_path_answers(monkeypatch, key, settings):
     settings.ORDERS_RATE_LIMIT = "4/minute"
     statuses = [send(key).status_code, send(key, {"total": 3}).status_code]
@@ -201,6 +211,9 @@ def expired(user):
         ("total too large", {"body": {"goods_name": "book", "total": 10_001}}),
         ("idempotency key too long", {"HTTP_IDEMPOTENCY_KEY": "k" * 256}),
         ("idempotency key empty", {"HTTP_IDEMPOTENCY_KEY": ""}),
+        ("idempotency key with a tab", {"HTTP_IDEMPOTENCY_KEY": "a\tb"}),
+        ("idempotency key with DEL", {"HTTP_IDEMPOTENCY_KEY": "a\x7fb"}),
+        ("idempotency key not ASCII", {"HTTP_IDEMPOTENCY_KEY": "caf\u00e9"}),
     ],
 )
 def test_other_requests_go_to_the_drf_view_with_nothing_counted_or_written(settings, seen, key, case, request_kwargs):
