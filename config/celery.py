@@ -58,6 +58,9 @@ app.conf.update(
     broker_heartbeat=BROKER_HEARTBEAT_SECONDS,
     broker_connection_timeout=BROKER_CONNECT_TIMEOUT_SECONDS,
     broker_connection_retry_on_startup=True,
+    # A worker retries the broker for as long as it is away (every 5 s at most: core/worker.py): Celery's default
+    # gives up after 100 tries and exits, which with short waits comes within minutes of a partition.
+    broker_connection_max_retries=None,
     # Beat's scheduler: Celery's file-backed one, whose goodbye to the broker on SIGTERM cannot hang (core/beat.py).
     beat_scheduler="core.beat:Scheduler",
     # Ack after the task ran, and requeue when the worker process dies mid-task: at-least-once delivery,

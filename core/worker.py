@@ -11,6 +11,7 @@ CELERY_TASK_ANNOTATIONS).
 """
 
 import contextlib
+import functools
 import math
 import os
 import signal
@@ -88,8 +89,14 @@ class ClusterDelayedDelivery(DelayedDelivery):
                     bind_queue_to_native_delayed_delivery_exchange(connection, queue)
 
 
+# The longest a worker waits between two attempts to reach the broker again. kombu's own waits grow by 2 s up to 30 s:
+# after a long outage or silence a worker found the broker back up to 30 s (and a connect timeout) late.
+RECONNECT_INTERVAL_MAX_SECONDS = 5.0
+
+
 class ClusterConsumer(Consumer):
-    """Celery's consumer with ClusterDelayedDelivery in place of its own delayed delivery step, and without Heart.
+    """Celery's consumer with ClusterDelayedDelivery in place of its own delayed delivery step, without Heart, and
+    reconnecting at least every RECONNECT_INTERVAL_MAX_SECONDS.
 
     Heart publishes a worker-heartbeat event every 2 s from the worker's event loop, retrying a lost connection
     without limit: while the broker is unreachable the loop stood still in that retry, so the worker neither sent
@@ -104,6 +111,14 @@ class ClusterConsumer(Consumer):
             for step in Consumer.Blueprint.default_steps
             if not step.endswith(":Heart")
         ]
+
+    def ensure_connected(self, conn):
+        # Celery calls kombu's ensure_connection with kombu's default intervals; the connection is new on every
+        # reconnection, so its own retry is bounded here.
+        conn.ensure_connection = functools.partial(
+            conn.ensure_connection, interval_start=1, interval_step=1, interval_max=RECONNECT_INTERVAL_MAX_SECONDS
+        )
+        return super().ensure_connected(conn)
 
 
 # How often a worker thread checks its database connections before a task. Checking before every task, as Django

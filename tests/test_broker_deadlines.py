@@ -85,3 +85,28 @@ def test_a_workers_control_queue_can_be_taken_over_while_the_broker_holds_the_ol
             new_queue = queue.bind(new.default_channel)
             new_queue.declare()
             new_queue.consume("new")
+
+
+class RecordingConnection:
+    """Stands in for the kombu connection a worker reconnects with: records how it was asked to retry."""
+
+    def __init__(self):
+        self.calls = []
+
+    def ensure_connection(self, *args, **kwargs):
+        self.calls.append((args, kwargs))
+        return self
+
+
+def test_a_worker_retries_the_broker_forever_and_at_most_every_few_seconds():
+    from core.worker import RECONNECT_INTERVAL_MAX_SECONDS, ClusterConsumer
+
+    consumer = ClusterConsumer.__new__(ClusterConsumer)  # the reconnection alone, without a worker around it
+    consumer.app, consumer.first_connection_attempt, consumer.broker_connection_retry_attempt = app, False, 0
+    conn = RecordingConnection()
+
+    ClusterConsumer.ensure_connected(consumer, conn)
+
+    ((args, kwargs),) = conn.calls
+    assert args[1] is None  # max_retries: forever (Celery's default gives up after 100 and exits)
+    assert kwargs["interval_max"] == RECONNECT_INTERVAL_MAX_SECONDS < RECOVERY_LIMIT_SECONDS
