@@ -13,11 +13,14 @@ open resume where they were, as after a real partition.
 from __future__ import annotations
 
 import contextlib
+import os
+import re
 import shutil
 import socket
 import subprocess
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 from testkit.processes import free_port
@@ -35,8 +38,11 @@ def iptables_available() -> bool:
 
 
 def _rules(port: int) -> list[list[str]]:
-    """Return the INPUT rules that drop the forwarder's traffic on loopback: to its port, and from it."""
-    comment = ["-m", "comment", "--comment", f"{RULE_TAG}-{port}"]
+    """Return the INPUT rules that drop the forwarder's traffic on loopback: to its port, and from it.
+
+    Their comment names the process that made them, so a cleanup never lifts another live run's silence.
+    """
+    comment = ["-m", "comment", "--comment", f"{RULE_TAG}-{port}-pid{os.getpid()}"]
     return [
         ["INPUT", "-i", "lo", "-p", "tcp", "--dport", str(port), *comment, "-j", "DROP"],
         ["INPUT", "-i", "lo", "-p", "tcp", "--sport", str(port), *comment, "-j", "DROP"],
@@ -48,11 +54,13 @@ def _iptables(*args: str) -> subprocess.CompletedProcess:
 
 
 def drop_leftover_rules() -> int:
-    """Delete every rule a SilentLink left behind (a test run killed while a link was silent); return how many."""
+    """Delete every rule a SilentLink of a process no longer running left behind (a run killed while a link was
+    silent); return how many. Rules of live processes, another test run's or a soak's, stay."""
     listing = _iptables("-S", "INPUT").stdout.splitlines()
     removed = 0
     for line in listing:
-        if RULE_TAG in line and line.startswith("-A "):
+        owner = re.search(rf"{RULE_TAG}-\d+-pid(\d+)", line)
+        if owner and line.startswith("-A ") and not Path(f"/proc/{owner.group(1)}").exists():
             # The tag has no spaces, so `-S` prints the rule unquoted and its words are the rule's arguments.
             _iptables("-D", *line.split()[1:]).check_returncode()
             removed += 1

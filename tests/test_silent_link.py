@@ -2,8 +2,10 @@
 
 import socket
 import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -60,9 +62,24 @@ def test_a_new_connection_is_neither_accepted_nor_refused_while_silent(echo_serv
         socket.create_connection(("127.0.0.1", link.port), timeout=2).close()
 
 
-def test_leftover_rules_are_dropped_by_name(echo_server):
-    link = SilentLink(echo_server.getsockname())
-    link.silence()  # as a run killed mid-silence leaves it
-    assert drop_leftover_rules() == 2
-    rules = subprocess.run(["iptables", "-w", "-S", "INPUT"], capture_output=True, text=True, check=True).stdout
-    assert str(link.port) not in rules
+def test_leftover_rules_of_a_dead_process_are_dropped_and_a_live_ones_kept(echo_server):
+    live = SilentLink(echo_server.getsockname())
+    live.silence()
+    # A run killed mid-silence leaves its rules: made here by a child process that then exits without healing.
+    dead_port = SilentLink(echo_server.getsockname()).port
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"from testkit.silence import _iptables, _rules\nfor r in _rules({dead_port}): _iptables('-I', *r)",
+        ],
+        check=True,
+        cwd=Path(__file__).resolve().parents[1],
+    )
+    try:
+        assert drop_leftover_rules() == 2
+        rules = subprocess.run(["iptables", "-w", "-S", "INPUT"], capture_output=True, text=True, check=True).stdout
+        assert str(dead_port) not in rules
+        assert rules.count(f"-{live.port}-pid") == 2  # another run's silence is left alone
+    finally:
+        live.heal()
