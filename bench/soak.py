@@ -57,6 +57,7 @@ FAULTS = ("consumer", "relay", "broker", "connections", "credits-database", *SIL
 # docs/RELIABILITY.md).
 ANSWER_LIMIT_SECONDS = 5.0
 FIRST_ORDER_AFTER_HEAL_LIMIT_SECONDS = 5.0
+RESUME_LIMIT_SECONDS = 15.0
 # The day the rolling restart's nightly run covers: one with no orders, so the requeued run is small.
 ROLLING_NIGHTLY_DAY = "2001-05-06"
 SECONDS_BETWEEN_RESTARTS = 3
@@ -222,14 +223,27 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
         rabbit.start_node(leader)
         return "graceful stop of the node leading credits, started again"
 
-    silences: list[tuple[str, float, float]] = []  # (fault, silent at, healed at)
+    # (fault, silent at, healed at, seconds from the heal to the first credit awarded after it)
+    silences: list[tuple[str, float, float, float | None]] = []
+
+    def credits_awarded() -> int:
+        from credits.models import OrderCredit
+
+        return OrderCredit.objects.filter(user_id__in=user_ids).count()
 
     def silence(name: str):
         def fault():
             silent_at = time.monotonic()
             with links[name].silenced():
                 time.sleep(args.silence_seconds)
-            silences.append((name, silent_at, time.monotonic()))
+            healed_at = time.monotonic()
+            # The first credit after the heal: the relay, the broker and a consumer all work again.
+            before, resumed = credits_awarded(), None
+            while resumed is None and time.monotonic() < healed_at + args.drain_limit:
+                if credits_awarded() > before:
+                    resumed = time.monotonic() - healed_at
+                time.sleep(0.2)
+            silences.append((name, silent_at, healed_at, resumed))
             return f"{name} for {args.silence_seconds:.0f} s (packets dropped both ways)"
 
         return fault
@@ -304,21 +318,24 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
             f" {p99 * 1000:.1f} ms), backlog credited {caught_up_in:.1f} s after the server returned"
         )
     silence_problems = []
-    for name, silent_at, healed_at in silences:
+    for name, silent_at, healed_at, credits_resumed in silences:
         with ledger.lock:
             during = [r for r in ledger.requests if silent_at <= r[0] <= healed_at + 10]
             first_201 = min((at for at, _, status in ledger.requests if status == 201 and at > healed_at), default=None)
         longest = max((seconds for _, seconds, _ in during), default=0.0)
         unanswered = sum(1 for _, _, status in during if status not in (201, 503))
         resumed = "never" if first_201 is None else f"{first_201 - healed_at:.1f} s"
+        credited = "never" if credits_resumed is None else f"{credits_resumed:.1f} s"
         print(
             f"{name}: {healed_at - silent_at:.0f} s, {len(during)} requests, longest {longest:.2f} s,"
-            f" {unanswered} neither 201 nor 503, first 201 after the heal {resumed}"
+            f" {unanswered} neither 201 nor 503, first 201 {resumed} and first credit {credited} after the heal"
         )
         if longest >= ANSWER_LIMIT_SECONDS or unanswered:
             silence_problems.append(f"{name}: a request took {longest:.1f} s or got no answer ({unanswered})")
         if first_201 is None or first_201 - healed_at >= FIRST_ORDER_AFTER_HEAL_LIMIT_SECONDS:
             silence_problems.append(f"{name}: orders were not taken again within 5 s of the heal ({resumed})")
+        if credits_resumed is None or credits_resumed >= RESUME_LIMIT_SECONDS:
+            silence_problems.append(f"{name}: no credit within 15 s of the heal ({credited})")
     for problem in silence_problems:
         print(f"  PROBLEM: {problem}")
     restart_problems = []
