@@ -62,7 +62,12 @@ def check_cache() -> str | None:
 
 def check_broker() -> str | None:
     try:
-        with Connection(settings.CELERY_BROKER_URL, connect_timeout=BROKER_TIMEOUT_SECONDS) as conn:
+        # The handshake's reads get the same deadline as the connect: a broker that accepts and then says nothing
+        # would otherwise hold the check's thread for ever.
+        deadlines = {"read_timeout": BROKER_TIMEOUT_SECONDS, "write_timeout": BROKER_TIMEOUT_SECONDS}
+        with Connection(
+            settings.CELERY_BROKER_URL, connect_timeout=BROKER_TIMEOUT_SECONDS, transport_options=deadlines
+        ) as conn:
             # Any one node of a cluster answering is enough: clients fail over to it.
             connection_ensure(conn, timeout=BROKER_TIMEOUT_SECONDS)
     except Exception as exc:  # kombu raises transport-specific errors

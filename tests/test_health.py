@@ -44,3 +44,63 @@ def test_healthz_503_when_no_broker_node_answers(settings):
 
     assert response.status_code == 503
     assert response.json()["checks"]["broker"] != "ok"
+
+
+@pytest.fixture
+def mute_server():
+    """A TCP server that accepts connections and never says a word: a broker or database gone silent mid-handshake."""
+    import socket
+    import threading
+
+    server = socket.create_server(("127.0.0.1", 0))
+    held = []
+
+    def accept():
+        while True:
+            try:
+                held.append(server.accept()[0])
+            except OSError:
+                return
+
+    threading.Thread(target=accept, daemon=True).start()
+    yield server.getsockname()[1]
+    server.close()
+    for conn in held:
+        conn.close()
+
+
+def test_healthz_answers_within_two_seconds_naming_a_broker_that_says_nothing(settings, mute_server):
+    import time
+
+    settings.CELERY_BROKER_URL = f"amqp://guest:guest@127.0.0.1:{mute_server}//"
+    started = time.monotonic()
+    response = Client().get("/healthz")
+    assert time.monotonic() - started < 2.0
+    assert response.status_code == 503
+    assert response.json()["checks"]["broker"] != "ok"
+    assert response.json()["checks"]["database"] == "ok"
+
+
+def test_healthz_answers_within_two_seconds_naming_a_database_that_says_nothing(mute_server):
+    import time
+
+    from django.db import connections
+
+    from core.deadlines import COMMAND, WEB, database_settings
+
+    # The credits alias, with the web's deadlines, pointed at a server that accepts and never greets.
+    credits = connections["credits"]
+    saved = {key: credits.settings_dict[key] for key in ("HOST", "PORT")}
+    credits.close()
+    credits.settings_dict.update(HOST="127.0.0.1", PORT=str(mute_server))
+    database_settings(credits.settings_dict, WEB)
+    try:
+        started = time.monotonic()
+        response = Client().get("/healthz")
+        took = time.monotonic() - started
+    finally:
+        credits.settings_dict.update(saved)
+        database_settings(credits.settings_dict, COMMAND)
+    assert took < 2.0
+    assert response.status_code == 200  # orders are still taken without the credits database
+    assert "no answer within" in response.json()["checks"]["credits_database"]
