@@ -55,6 +55,13 @@ ROLES = {
     NIGHTLY: Deadlines(connect=5, read=600, write=600, statement=None),
     COMMAND: Deadlines(connect=5, read=3600, write=3600, statement=None),
 }
+# TCP keepalive on every database connection: an idle connection to a server gone silent is found dead (its socket
+# reports the error the health check polls for: core/mysql/base.py) about 25 s after its last packet, not by the next
+# request waiting out its read deadline.
+KEEPALIVE_IDLE_SECONDS = 10
+KEEPALIVE_INTERVAL_SECONDS = 5
+KEEPALIVE_PROBES = 3
+
 # The settings' own: any process that names no role.
 DEFAULT_ROLE = COMMAND
 # The key of a DATABASES entry that carries its fail-fast cooldown to the backend (core/mysql/base.py).

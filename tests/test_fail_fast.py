@@ -127,3 +127,23 @@ def test_a_silent_redis_costs_one_command_its_timeout_and_the_others_fail_at_onc
         time.sleep(cache_breaker.cooldown + 0.1)
         assert client.ping()
         assert cache_breaker.closed
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not iptables_available(), reason="needs iptables and root (scripts/setup.sh)")
+def test_an_idle_connection_to_a_silent_database_is_found_dead_by_keepalive_before_it_is_used(
+    web_connection_through_a_link,
+):
+    from core.deadlines import KEEPALIVE_IDLE_SECONDS, KEEPALIVE_INTERVAL_SECONDS, KEEPALIVE_PROBES
+
+    connection, link = web_connection_through_a_link
+    assert select_one(connection)[0] == "ok"
+    link.silence()
+    assert connection.is_usable()  # nothing told it yet
+    found_dead = KEEPALIVE_IDLE_SECONDS + KEEPALIVE_INTERVAL_SECONDS * KEEPALIVE_PROBES
+    deadline = time.monotonic() + found_dead + 10
+    while connection.is_usable() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    # The health check of the next request sees it without a round trip, so that request opens a new connection
+    # instead of waiting out its read deadline on this one.
+    assert not connection.is_usable()

@@ -17,6 +17,7 @@ thread at a time tries a real connection, and the first that gets one closes the
 """
 
 import select
+import socket
 import threading
 
 import MySQLdb
@@ -25,7 +26,7 @@ from django.db.utils import DatabaseErrorWrapper
 from django.utils.functional import cached_property
 
 from core.breaker import Breaker
-from core.deadlines import FAIL_FAST_KEY
+from core.deadlines import FAIL_FAST_KEY, KEEPALIVE_IDLE_SECONDS, KEEPALIVE_INTERVAL_SECONDS, KEEPALIVE_PROBES
 
 # Client error codes meaning the server did not answer in time or could not be reached at all.
 SILENCE_ERRORS = frozenset(
@@ -78,6 +79,18 @@ class SilenceAwareErrorWrapper(DatabaseErrorWrapper):
         return super().__exit__(exc_type, exc_value, traceback)
 
 
+def keepalive_set(connection) -> None:
+    """Turn TCP keepalive on for a new driver connection over TCP (mysqlclient has no option for it): set on a duplicate
+    of its descriptor, which shares the socket."""
+    with socket.socket(fileno=socket.dup(connection.fileno())) as sock:
+        if sock.family not in (socket.AF_INET, socket.AF_INET6):  # a Unix socket: nothing in between to go silent
+            return
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, KEEPALIVE_IDLE_SECONDS)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, KEEPALIVE_INTERVAL_SECONDS)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, KEEPALIVE_PROBES)
+
+
 class DatabaseWrapper(base.DatabaseWrapper):
     @property
     def breaker(self) -> Breaker | None:
@@ -90,6 +103,11 @@ class DatabaseWrapper(base.DatabaseWrapper):
         return SilenceAwareErrorWrapper(self)
 
     def get_new_connection(self, conn_params):
+        connection = self._connection_open(conn_params)
+        keepalive_set(connection)
+        return connection
+
+    def _connection_open(self, conn_params):
         breaker = self.breaker
         if breaker is None:
             return super().get_new_connection(conn_params)
