@@ -59,7 +59,7 @@ def test_the_relay_alert_fires_when_the_relay_stops_and_resolves_when_it_returns
         assert {
             sample["metric"]["dependency"]: sample["value"][1]
             for sample in prometheus.query("creditshop_dependency_up")
-        } == {"database": "1", "credits_database": "1", "broker": "1"}
+        } == {"database": "1", "credits_database": "1", "broker": "1", "cache": "1"}
         assert prometheus.alert_state("OutboxRelayDown") is None
 
         cluster.kill("relay", signal.SIGTERM)
