@@ -154,7 +154,7 @@ LANGUAGE_CODE = "en-us"
 TIME_ZONE = "UTC"
 USE_I18N = True
 USE_TZ = True
-# Timestamps on pages read 2026-11-22 23:11:05 UTC (config/formats/en/formats.py), not "Nov. 22, 2026, 11:11 p.m.".
+# Timestamps on pages read as YYYY-MM-DD HH:MM:SS UTC (config/formats/en/formats.py), not Django's "Nov. 22, ..." form.
 FORMAT_MODULE_PATH = "config.formats"
 
 STATIC_URL = "static/"
