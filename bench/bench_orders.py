@@ -55,6 +55,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import (  # noqa: E402
     ROOT,
     VENV_BIN,
@@ -62,12 +63,13 @@ from common import (  # noqa: E402
     OtlpSink,
     bench_env,
     outbox_backlog_discard,
-    percentile,
     process_tree_cpu_seconds,
     setup_django,
     start_gunicorn,
     stop,
 )
+
+from core.stats import percentile  # noqa: E402
 
 CLIENTS = 8
 PORT = 18080
