@@ -55,7 +55,7 @@ class Analysis:
     collected: dict[str, list[dict]]
 
 
-# The stages run_nightly reports through its progress, without and with --repair.
+# The stages run_stages reports through its progress, without and with --repair.
 STAGES = 6
 
 
@@ -64,7 +64,7 @@ def stage_count(*, repair_requested: bool) -> int:
     return STAGES + int(repair_requested)
 
 
-def run_nightly(
+def run_stages(
     *, run: NightlyRun, period: Period, repair_requested: bool, progress: Progress, verbose: bool = False
 ) -> list[DayResult]:
     """Run the job's stages for the period under an already started `run`; return the per-day results.

@@ -122,10 +122,10 @@ class Insert:
         database default. Text with nothing to escape in it (no quote, backslash or control character the driver
         escapes) is quoted as it is: the statement is first written that way, and if it holds more quotes than its
         text values have ends, or anything to escape, or a None, it is written again escaping every value.
-        Why: seeding 10M orders writes 200M values. Client CPU of seeding 200,000 orders, measured interleaved on the
-        shared 2-core machine: rows formatted by hand (f-strings) 1.70-1.76 s, this 2.12-2.21 s, this escaping
-        every value 2.90-3.02 s; through the driver's parameters (one %s per value) 1.7 times the hand-formatted rows
-        (docs/PERFORMANCE.md, "What the 10M seed rests on").
+        Why: seeding 10M orders writes 200M values. In a seed's client CPU this costs about a quarter more than rows
+        formatted by hand (f-strings), escaping every value about 70% more, and the driver's parameters
+        (one %s per value) about 1.7 times the hand-formatted rows (docs/PERFORMANCE.md, "What the 10M seed rests
+        on").
         """
         if self.only_if:
             raise ValueError("an INSERT guarded by a condition (only_if) writes one row")
