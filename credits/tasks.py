@@ -2,7 +2,9 @@
 
 Delivery (config/celery.py): acks late, and a message whose worker process dies mid-task is requeued, so every
 message is applied at least once; the UNIQUE order_id in the award service makes the effect exactly once. A message
-of a version this consumer does not accept is forwarded or dead-lettered by credits/versions.py.
+of a version this consumer does not accept is forwarded or dead-lettered by credits/versions.py. A failure's policy
+lives with its kind: the outage wait and requeue in credits/outage.py, the retry with backoff in credits/retry.py,
+dead-lettering in credits/dead_letters.py; _fail only classifies the failure and calls them.
 """
 
 from typing import Any, NoReturn
