@@ -124,8 +124,7 @@ class Insert:
         text values have ends, or anything to escape, or a None, it is written again escaping every value.
         Why: seeding 10M orders writes 200M values. In a seed's client CPU this costs about a quarter more than rows
         formatted by hand (f-strings), escaping every value about 70% more, and the driver's parameters
-        (one %s per value) about 1.7 times the hand-formatted rows (docs/PERFORMANCE.md, "What the 10M seed rests
-        on").
+        (one %s per value) about 1.7 times the hand-formatted rows (docs/PERFORMANCE.md, "Nightly analytics").
         """
         if self.only_if:
             raise ValueError("an INSERT guarded by a condition (only_if) writes one row")
