@@ -24,8 +24,8 @@ graceful_timeout = 10
 keepalive = 75
 
 # Third-party modules the application imports that need no Django settings, imported once in the master so every
-# worker forked on start or on HUP inherits them: a worker's boot (import config.wsgi and the URLconf) went from
-# 0.67 s to 0.2 s of CPU (measured on a loaded 2-core machine). The application's own modules (config and
+# worker forked on start or on HUP inherits them: a worker's boot (import config.wsgi and the URLconf) then costs
+# about a third of the CPU it would without them. The application's own modules (config and
 # the apps) are still imported by each worker, so HUP picks up a new release of them; a new release of one of these
 # packages needs a full stop and start (tests/test_gunicorn_conf.py checks the master imports none of ours).
 PRELOADED_MODULES = (
@@ -76,9 +76,9 @@ class BalancedThreadWorker(ThreadWorker):
     A gthread worker keeps every keep-alive connection it accepted, and all workers wait on one listening socket: when
     a client opens several connections at once, whichever worker runs first accepts them all, and then serves them
     with its threads on one GIL while the other workers idle. Counted with `ss` under `wrk -c8` against 4 workers x 2
-    threads: 8 of 8 connections on one worker in three runs of four (2026-11-27), and throughput moved with how they
-    landed. This worker stops accepting while as many requests as it has threads are in hand (from the accept to the
-    answer), so the next connection goes to a worker with a free thread: 2, 2, 2, 2 in every run since.
+    threads, plain gthread puts all 8 connections on one worker in most runs, and throughput moves with how they
+    land. This worker stops accepting while as many requests as it has threads are in hand (from the accept to the
+    answer), so the next connection goes to a worker with a free thread: 2, 2, 2, 2.
 
     Nothing is refused or capped: a worker still serves every connection it keeps, parks idle keep-alive connections
     in its poller as gthread does (they hold no thread), and accepts again the moment a request is answered. When

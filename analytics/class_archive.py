@@ -3,8 +3,8 @@
 A day's run spends a large part of its CPU starting the JVM: loading, parsing and verifying thousands of classes,
 each looked up through the 280 jars of Spark's class path. A dynamic CDS archive
 (`-XX:ArchiveClassesAtExit`, JDK 13+) keeps them parsed and verified in one file that later JVMs map
-(`-XX:SharedArchiveFile`). Measured on the shared 2-core machine: starting a session and running one job took
-18.8 CPU-seconds without it and 9.9 with it (docs/PERFORMANCE.md, "Nightly analytics").
+(`-XX:SharedArchiveFile`). Starting a session and running one job takes about half the CPU with it
+(docs/PERFORMANCE.md, "Nightly analytics").
 
 `manage.py spark_class_archive` writes the archive once (after installing or upgrading pyspark or Java), from a
 warm-up job in a process of its own (analytics/warm_up.py); the nightly run maps it when it exists for the Java and

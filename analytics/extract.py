@@ -2,7 +2,8 @@
 
 The two services keep their own databases, which may sit on different servers: orders and transaction_log are read
 from the order service's (`default`), order_credits and the dead letters from the credits service's (`credits`).
-Each read goes to the one source that holds its table, and the two sides meet only in Spark's joins, never in SQL.
+Each read goes to the one source that holds its table (analytics/jdbc.py), and the two sides meet only in Spark's
+joins, never in SQL.
 
 Each windowed table is planned once (`plan_window`: MIN and MAX of its primary key and the row count over the
 window, answered from the created_at index alone, since InnoDB appends the key to it) and then read in primary-key
@@ -19,13 +20,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from django.conf import settings
-from django.db import connections, router
+from django.db import connections
 from django.db.models import DateTimeField, Model
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from analytics.jdbc import JdbcSource, Sources
 from analytics.schemas import (
     CREDITS_SCHEMA,
     DAILY_HISTORY_SCHEMA,
@@ -34,14 +35,12 @@ from analytics.schemas import (
     LOGS_SCHEMA,
     ORDERS_SCHEMA,
 )
-from core.deadlines import NIGHTLY, ROLES
 from credits.models import DeadLetter, OrderCredit
 from orders.models import Order
 from outbox.models import TransactionLog
 
-JDBC_DRIVER = "org.mariadb.jdbc.Driver"
-# Rows one JDBC query reads before another partition is worth its connection and task (measured: a day of
-# 46,000 orders reads faster as one query than as four on two cores).
+# Rows one JDBC query reads before another partition is worth its connection and task (a day of 46,000 orders
+# reads faster as one query than as four on two cores).
 ROWS_PER_PARTITION = 200_000
 # Key ranges ORed in one look-up query at most (MariaDB's range optimizer takes thousands in its default memory).
 RANGES_PER_QUERY = 1_000
@@ -79,79 +78,13 @@ LOGS = model_table(
 )
 CREDITS = model_table(OrderCredit, ("id", "user_id", "order_id", "total", "created_at", "ordered_at"))
 # A DATETIME column travels as microseconds since the epoch, under this suffix: the JDBC driver turns each DATETIME
-# value into a java.sql.Timestamp through a new Calendar, which was most of a read's CPU (1M orders, four
-# partitions, the driver JVM's CPU-seconds: 1.27-1.37 as DATETIME, 0.44-0.49 as an integer; the same read without
-# created_at 0.40-0.48). The values are UTC without a zone, so the difference from the epoch is exact.
+# value into a java.sql.Timestamp through a new Calendar, most of a read's CPU: read as an integer, the column costs
+# the driver's JVM about as much as leaving it out. The values are UTC without a zone, so the difference from the
+# epoch is exact.
 MICROS_SUFFIX = "__micros"
 _PAYLOAD_ORDER_ID = (
     "CAST(COALESCE(JSON_VALUE(payload, '$.order_id'), JSON_VALUE(payload, '$.message.order_id')) AS SIGNED)"
 )
-
-
-@dataclass(frozen=True)
-class JdbcSource:
-    """Where and how Spark reads: the JDBC URL (jdbc:mysql://, which MariaDB Connector/J accepts) and options.
-
-    `alias` is the Django database behind the URL, which answers the small planning queries (bounds, counts).
-    """
-
-    alias: str
-    url: str
-    user: str
-    password: str
-    partitions: int
-    fetchsize: int
-
-    def options(self) -> dict[str, str]:
-        deadlines = ROLES[NIGHTLY]
-        return {
-            "url": self.url,
-            "driver": JDBC_DRIVER,
-            "user": self.user,
-            "password": self.password,
-            "fetchsize": str(self.fetchsize),
-            # Connector/J's deadlines, in milliseconds: the nightly role's (core/deadlines.py), so a silent database
-            # fails the run's read instead of hanging it until the run's own time limit.
-            "connectTimeout": str(deadlines.connect * 1000),
-            "socketTimeout": str(deadlines.read * 1000),
-        }
-
-
-def jdbc_source(alias: str = "default") -> JdbcSource:
-    """Return the JDBC coordinates of a Django database (its test database while tests run)."""
-    db = connections[alias].settings_dict
-    host = db.get("HOST") or "127.0.0.1"
-    port = db.get("PORT") or 3306
-    return JdbcSource(
-        alias=alias,
-        # Batched inserts become multi-row INSERTs: the staging table fills 4x faster (measured, 640,000 rows).
-        url=f"jdbc:mysql://{host}:{port}/{db['NAME']}?rewriteBatchedStatements=true",
-        user=db.get("USER") or "root",
-        password=db.get("PASSWORD") or "",
-        partitions=settings.ANALYTICS_JDBC_PARTITIONS,
-        fetchsize=settings.ANALYTICS_JDBC_FETCHSIZE,
-    )
-
-
-@dataclass(frozen=True)
-class Sources:
-    """The two databases a run reads: the order service's (which also keeps the analytics tables) and the credits
-    service's. They may be one database (a small install) or on two servers; the job treats them as two either way.
-    """
-
-    orders: JdbcSource
-    credits: JdbcSource
-
-
-def sources() -> Sources:
-    """Return the JDBC sources of both services: each the database its app's tables are routed to, or that
-    database's replica when ANALYTICS_READ_DATABASES names one.
-    """
-    replicas = settings.ANALYTICS_READ_DATABASES
-    orders, credits = router.db_for_read(Order), router.db_for_read(OrderCredit)
-    return Sources(
-        orders=jdbc_source(replicas.get(orders, orders)), credits=jdbc_source(replicas.get(credits, credits))
-    )
 
 
 @dataclass(frozen=True)

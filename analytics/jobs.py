@@ -18,7 +18,7 @@ from django.conf import settings
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from analytics import extract, load
+from analytics import extract, jdbc, load
 from analytics.checks import CHECK_NAMES, CheckContext, run_checks, transform_violations
 from analytics.lookups import by_order, look_up_missing
 from analytics.models import NightlyRun
@@ -55,7 +55,7 @@ class Analysis:
     collected: dict[str, list[dict]]
 
 
-# The stages run_nightly reports through its progress, without and with --repair.
+# The stages run_stages reports through its progress, without and with --repair.
 STAGES = 6
 
 
@@ -64,7 +64,7 @@ def stage_count(*, repair_requested: bool) -> int:
     return STAGES + int(repair_requested)
 
 
-def run_nightly(
+def run_stages(
     *, run: NightlyRun, period: Period, repair_requested: bool, progress: Progress, verbose: bool = False
 ) -> list[DayResult]:
     """Run the job's stages for the period under an already started `run`; return the per-day results.
@@ -77,7 +77,7 @@ def run_nightly(
         grace_seconds=settings.CONSISTENCY_GRACE_SECONDS,
         log_retention_days=getattr(settings, "OUTBOX_RETENTION_DAYS", None),
     )
-    sources = extract.sources()
+    sources = jdbc.sources()
     with ExitStack() as stack:
         with progress.stage("spark session") as facts:
             plan = extract.plan_window(sources, **window_bounds(period))
@@ -112,7 +112,7 @@ def _run_in_session(
     *,
     run: NightlyRun,
     ctx: CheckContext,
-    sources: extract.Sources,
+    sources: jdbc.Sources,
     plan: extract.WindowPlan,
     progress: Progress,
     repair_requested: bool,

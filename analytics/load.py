@@ -18,7 +18,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from analytics import selectors, services
 from analytics.checks import CheckContext
-from analytics.extract import jdbc_source
+from analytics.jdbc import jdbc_source
 from analytics.models import CheckResult, DailyMetrics, NightlyRun, UserDailyCredits, Violation
 from analytics.period import Period
 from analytics.results import DayResult, analytics_document, consistency_document

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from analytics import extract
+from analytics import extract, jdbc
 from analytics.checks import LOOKUP_CHECKS, CheckContext, lookup_candidates, run_checks
 from analytics.schemas import CREDITS_SCHEMA, ORDERS_SCHEMA
 
@@ -64,7 +64,7 @@ class LookedUp:
 
 
 def look_up_missing(
-    spark: SparkSession, data: extract.Extracted, *, ctx: CheckContext, sources: extract.Sources
+    spark: SparkSession, data: extract.Extracted, *, ctx: CheckContext, sources: jdbc.Sources
 ) -> LookedUp:
     """Add to the co-partitioned frames the rows outside the window that the checks need.
 

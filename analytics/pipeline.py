@@ -6,7 +6,6 @@ two in Python: the newest credits of the hour first, then their orders' commit t
 """
 
 import logging
-import math
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -16,6 +15,7 @@ from django.utils import timezone
 from analytics.models import NightlyRun
 from analytics.selectors import run_list
 from core.minutes import Minutes, counts_per_minute
+from core.stats import percentile
 from credits.selectors import credit_award_times, credits_per_minute, dead_letters_open_count
 from orders.models import Order
 from outbox.selectors import OutboxStates, outbox_published_per_minute, outbox_states
@@ -62,13 +62,6 @@ class Pipeline:
     last_run: NightlyRun | None
 
 
-def percentile(sorted_values: list[float], fraction: float) -> float | None:
-    """Return the nearest-rank percentile of already sorted values (None for none)."""
-    if not sorted_values:
-        return None
-    return sorted_values[max(0, math.ceil(fraction * len(sorted_values)) - 1)]
-
-
 def order_to_credit_latency(*, since: datetime) -> Latency:
     """Return p50 and p99 of order commit to credit commit for the credits awarded since then."""
     awards = credit_award_times(since=since, limit=LATENCY_SAMPLE + 1)
@@ -86,8 +79,8 @@ def order_to_credit_latency(*, since: datetime) -> Latency:
     return Latency(
         count=len(seconds),
         sampled=sampled,
-        p50_seconds=percentile(seconds, 0.50),
-        p99_seconds=percentile(seconds, 0.99),
+        p50_seconds=percentile(seconds, 50) if seconds else None,
+        p99_seconds=percentile(seconds, 99) if seconds else None,
     )
 
 

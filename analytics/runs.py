@@ -1,7 +1,7 @@
 """The nightly run's lifecycle, in one place: the per-day lock, the run's history row, its stages, its outcome.
 
 `nightly_run` is what the command (and so the Celery task) calls: it takes the lock, records the run, runs the
-job's stages (analytics/jobs.py) with their progress, and records success with the counts, failure with the
+job's stages (analytics/jobs.run_stages) with their progress, and records success with the counts, failure with the
 stage and traceback, or an interruption (SIGTERM, under `interrupt_on_sigterm`). The job's work itself (Spark,
 loads) knows nothing of locks or history rows.
 """
@@ -54,7 +54,7 @@ def nightly_run(*, period: Period, repair: bool, write: Callable[[str], None], v
         write(f"nightly run #{run.pk} for {period} on {settings.SPARK_MASTER}")
         progress = Progress(run=run, write=write, stages=jobs.stage_count(repair_requested=repair))
         try:
-            days = jobs.run_nightly(run=run, period=period, repair_requested=repair, progress=progress, verbose=verbose)
+            days = jobs.run_stages(run=run, period=period, repair_requested=repair, progress=progress, verbose=verbose)
         except BaseException as exc:
             # The signal may have stopped Spark first (a whole process group is signalled), so the error that
             # surfaces can be Spark's; the flag says what happened.

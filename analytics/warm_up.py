@@ -21,7 +21,8 @@ from pyspark.sql import SparkSession  # noqa: E402
 from analytics import jobs  # noqa: E402
 from analytics.checks import LOOKUP_CHECKS, CheckContext, lookup_candidates, run_checks  # noqa: E402
 from analytics.class_archive import WRITE_OPTION  # noqa: E402
-from analytics.extract import Extracted, jdbc_source, read_daily_history  # noqa: E402
+from analytics.extract import Extracted, read_daily_history  # noqa: E402
+from analytics.jdbc import jdbc_source  # noqa: E402
 from analytics.lookups import candidate_ranges  # noqa: E402
 from analytics.period import Period  # noqa: E402
 from analytics.schemas import (  # noqa: E402

@@ -34,7 +34,7 @@ django.setup()
 from django.conf import settings  # noqa: E402
 from django.utils import timezone  # noqa: E402
 
-from analytics import extract  # noqa: E402
+from analytics import extract, jdbc  # noqa: E402
 from analytics.checks import CheckContext, check_missing_credit  # noqa: E402
 from analytics.jobs import partition_by_order, window_bounds  # noqa: E402
 from analytics.lookups import count_together  # noqa: E402
@@ -63,7 +63,7 @@ def floor(end: date, days: int) -> dict:
     parts = Parts()
     parts.done("python and django")
     period = Period.ending(end, days=days)
-    sources = extract.sources()
+    sources = jdbc.sources()
     plan = extract.plan_window(sources, **window_bounds(period))
     parts.done("plan the window")
     with spark_session(tuning=tuning_for(plan.orders.rows)) as spark:

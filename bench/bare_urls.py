@@ -4,7 +4,7 @@ A URLconf (selected by the settings in bench/bare.py) whose ``POST /api/orders/`
 does only the work our guarantees need, through the service's own functions: the API token from the shared cache
 and the per-user counter in Redis (``orders.apis.OrderThrottle``), in one round trip for a token the process has seen
 (``accounts.authentication.TokenAuthentication.authenticate_credentials_counted``), the JSON
-body (plain values only, ``orders.apis.plain_order_fields``), ``orders.services.order_create`` (the one-round-trip
+body (plain values only, ``orders.fast_path.plain_order_fields``), ``orders.services.order_create`` (the one-round-trip
 batch with the idempotency record, the relay's wake-up) and the answer (``orders.apis.order_data``). No DRF request,
 negotiation, serializer or renderer; a body of anything but plain values is a 400 (the service would run its
 serializer), so bad input is refused, not turned into an error page.
@@ -27,7 +27,9 @@ from rest_framework.exceptions import AuthenticationFailed
 from accounts.authentication import TokenAuthentication
 from config.urls import urlpatterns as service_urlpatterns
 from orders import selectors
-from orders.apis import IDEMPOTENCY_META_KEY, OrderListCreateApi, OrderThrottle, order_data, plain_order_fields
+from orders.apis import OrderListCreateApi, OrderThrottle, order_data
+from orders.fast_path import plain_order_fields
+from orders.idempotency import IDEMPOTENCY_META_KEY
 from orders.services import IdempotencyKeyReused, order_create
 
 

@@ -56,6 +56,7 @@ from django.db import connections  # noqa: E402
 from analytics import class_archive  # noqa: E402
 from analytics.checks import CHECK_NAMES  # noqa: E402
 from analytics.period import Period  # noqa: E402
+from bench.analytics_report import FLOOR, load_average, markdown, mismatches, record  # noqa: E402
 from bench.proc_stats import ProcessSeen, ServerThreads, TreeSampler, gc_log_peaks, peak_rss_bytes  # noqa: E402
 from demo.plant import plant_inconsistencies  # noqa: E402
 from demo.seed import seed_demo_data  # noqa: E402
@@ -79,9 +80,6 @@ PLANTED_PER_KIND = 3
 PROGRESS_SECONDS = 15
 CLUSTER_WORKERS, CLUSTER_WORKER_CORES = 2, 1
 CLUSTER_WORKER_MEMORY, CLUSTER_EXECUTOR_MEMORY = "3g", "2g"
-MIB = 1024 * 1024
-# The variant that reads, shuffles and pairs a day once, reporting no violations (bench/analytics_floor.py).
-FLOOR = "spark floor, day"
 
 
 def database_names() -> dict[str, str]:
@@ -270,76 +268,6 @@ def baseline_run(end: date, days: int) -> dict:
         "python_peak_rss_bytes": result["peak_rss_bytes"],
         "found": result["found"],
     }
-
-
-def load_average() -> str:
-    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
-
-
-def record(runs: list[dict], orders: int, variant: str, attempt: int, run: dict) -> None:
-    run = {"orders": orders, "variant": variant, "attempt": attempt, "load_average_after": load_average(), **run}
-    runs.append(run)
-    print(f"{orders:,} orders, {variant} #{attempt}: {json.dumps(run)}", flush=True)
-
-
-def mismatches(runs: list[dict], planted: dict[int, dict[str, int]]) -> list[str]:
-    """Every run that failed or whose violations differ from what was planted in its data (the floor reports none:
-    it only has to succeed).
-    """
-    wrong = []
-    for run in runs:
-        name = f"{run['orders']:,} orders, {run['variant']} #{run['attempt']}"
-        if run["variant"] == FLOOR:
-            if run["exit_code"] != 0:
-                wrong.append(f"{name}: failed (exit {run['exit_code']})")
-        elif run["found"] != (want := planted[run["orders"]]):
-            wrong.append(f"{name}: found {run['found']}, planted {want}")
-    return wrong
-
-
-def markdown(seeds: list[dict], runs: list[dict]) -> str:
-    def mib(value: int | None) -> str:
-        return f"{value / MIB:,.0f}" if value else "-"
-
-    lines = [
-        "| orders | seed: rows | wall s | rows/s | client CPU s | DB threads CPU s | DB server CPU s "
-        "| client peak MiB |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
-    for seed_ in seeds:
-        lines.append(
-            f"| {seed_['orders']:,} | {seed_['rows']:,} | {seed_['wall_seconds']} | {seed_['rows_per_second']:,} "
-            f"| {seed_['client_cpu_seconds']} | {seed_['database_threads_cpu_seconds']} "
-            f"| {seed_['database_whole_server_cpu_seconds']} | {mib(seed_['client_peak_rss_bytes'])} |"
-        )
-    lines += [
-        "",
-        "| orders | run | # | wall s | CPU s | JVM / Python / executors CPU s | DB threads / server CPU s "
-        "| driver JVM peak RSS MiB | heap peak used / committed MiB | Python peak RSS MiB | found | load after |",
-        "|---:|---|---:|---:|---:|---|---|---:|---|---:|---:|---|",
-    ]
-    for run in runs:
-        if run["variant"] == "sql":
-            split = "- / {} / -".format(run["cpu_seconds"])
-            python_rss, jvm_rss, heap = run["python_peak_rss_bytes"], None, "-"
-        else:
-            cpu = run["cpu"]
-            split = f"{cpu['driver_jvm']} / {cpu['driver_python']} / {cpu['executors']}"
-            python_rss, jvm_rss = run["driver_python_peak_rss_bytes"], run["driver_jvm_peak_rss_bytes"]
-            heap = f"{mib(run['driver_heap_used_peak_bytes'])} / {mib(run['driver_heap_committed_peak_bytes'])}"
-        if run["found"]:
-            found = sum(run["found"].values())
-        elif run["variant"] == FLOOR and run["exit_code"] == 0:
-            found = "- (no checks)"
-        else:
-            found = f"failed (exit {run.get('exit_code')})"
-        lines.append(
-            f"| {run['orders']:,} | {run['variant']} | {run['attempt']} | {run['wall_seconds']} | {run['cpu_seconds']} "
-            f"| {split} | {run['database_threads_cpu_seconds']} / {run['database_whole_server_cpu_seconds']} "
-            f"| {mib(jvm_rss)} | {heap} | {mib(python_rss)} | {found} "
-            f"| {run['load_average_after']} |"
-        )
-    return "\n".join(lines) + "\n"
 
 
 def seed_record_path() -> Path:

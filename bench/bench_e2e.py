@@ -29,7 +29,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import BENCH_DATABASE_URL, bench_env, outbox_backlog_discard, percentile, setup_django  # noqa: E402
+from common import BENCH_DATABASE_URL, bench_env, outbox_backlog_discard, setup_django  # noqa: E402
+
+from core.stats import percentile  # noqa: E402
 
 # The web's niceness on a host shared with the relay and the consumers (docs/OPERATIONS.md: systemd Nice=5).
 WEB_NICE = 5

@@ -43,18 +43,16 @@ a sink in this process), interleaved; every run is printed, with gunicorn's CPU 
 import argparse
 import json
 import os
-import re
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
 from urllib.parse import urlsplit
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import (  # noqa: E402
     ROOT,
     VENV_BIN,
@@ -62,181 +60,19 @@ from common import (  # noqa: E402
     OtlpSink,
     bench_env,
     outbox_backlog_discard,
-    percentile,
-    process_tree_cpu_seconds,
     setup_django,
     start_gunicorn,
     stop,
 )
+from orders_ceiling import ceiling_floor, profile_requests  # noqa: E402
+from wrk import CLIENTS, PORT, measure_http, parse_wrk, run_wrk  # noqa: E402
 
-CLIENTS = 8
-PORT = 18080
+from core.stats import percentile  # noqa: E402
+
 USER_PREFIX = "bench-orders-"
 # The deployed default: the bench runs with the limit on, over enough users that it never refuses.
 RATE_LIMIT = "20/second"
 CONSUMERS = 2  # one solo consumer per core of this 2-core machine (docs/OPERATIONS.md)
-
-# Each request takes the next token of the rotation and a key no other request of any run uses.
-WRK_SCRIPT = """
-wrk.method = "POST"
-wrk.headers["Content-Type"] = "application/json"
-wrk.body = '{"goods_name": "bench item", "total": 3}'
-local tokens = {%(tokens)s}
-local counter = 0
-local thread_id = 0
-function setup(thread)
-  thread_id = thread_id + 1
-  thread:set("tid", thread_id)
-end
-request = function()
-  counter = counter + 1
-  wrk.headers["Authorization"] = "Token " .. tokens[((counter * 2 + tid) %% #tokens) + 1]
-  wrk.headers["Idempotency-Key"] = "%(run)s-" .. tid .. "-" .. counter
-  return wrk.format()
-end
-"""
-
-
-def run_wrk(tokens: list[str], duration: float) -> str:
-    """Run wrk -t2 -c8 for `duration` seconds of POST /api/orders/ on PORT; return its report."""
-    if not shutil.which("wrk"):
-        sys.exit("wrk is needed: apt-get install wrk")
-    # A fresh key prefix per run: a warm-up's keys reused by the measured run would make replays, not orders.
-    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        quoted = ", ".join(f'"{token}"' for token in tokens)
-        script.write(WRK_SCRIPT % {"tokens": quoted, "run": f"r{time.time_ns()}"})
-    command = ["wrk", "-t2", f"-c{CLIENTS}", f"-d{duration:.0f}s", "--latency", "-s", script.name]
-    command.append(f"http://127.0.0.1:{PORT}/api/orders/")
-    try:
-        return subprocess.run(command, check=True, capture_output=True, text=True).stdout
-    finally:
-        os.unlink(script.name)
-
-
-def measure_ceiling(seconds: float, user_id: int) -> dict:
-    """Run two INSERTs and a COMMIT per transaction from 8 threads over mysqlclient; return tx/s and latencies."""
-    import MySQLdb
-    from django.conf import settings
-
-    from outbox.ids import new_transaction_id
-
-    db = settings.DATABASES["default"]
-    latencies: list[float] = []
-    counts = [0] * CLIENTS
-    stop_at = time.monotonic() + seconds
-
-    def worker(slot: int) -> None:
-        conn = MySQLdb.connect(
-            host=db["HOST"],
-            port=int(db["PORT"] or 3306),
-            user=db["USER"],
-            password=db["PASSWORD"],
-            database=db["NAME"],
-            charset="utf8mb4",
-            autocommit=False,
-        )
-        cur = conn.cursor()
-        local = []
-        while time.monotonic() < stop_at:
-            tx = new_transaction_id()
-            t0 = time.perf_counter()
-            cur.execute(
-                "INSERT INTO orders (user_id, goods_name, total, transaction_id, created_at)"
-                " VALUES (%s, 'ceiling', 3, %s, UTC_TIMESTAMP(6))",
-                (user_id, tx),
-            )
-            order_id = cur.lastrowid
-            cur.execute(
-                "INSERT INTO transaction_log (id, business, foreign_key, payload, status, attempts, next_attempt_at,"
-                " last_error, created_at, discarded_reason, discarded_by)"
-                " VALUES (%s, 'order', %s, %s, 'published', 0, UTC_TIMESTAMP(6), '', UTC_TIMESTAMP(6), '', '')",
-                (tx, str(order_id), json.dumps({"order_id": order_id})),
-            )
-            conn.commit()
-            local.append(time.perf_counter() - t0)
-            counts[slot] += 1
-        latencies.extend(local)
-        conn.close()
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(CLIENTS)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    latencies.sort()
-    return {
-        "tx_per_s": sum(counts) / seconds,
-        "p50_ms": percentile(latencies, 50) * 1000,
-        "p99_ms": percentile(latencies, 99) * 1000,
-    }
-
-
-def parse_wrk(output: str, seconds: float) -> dict:
-    def latency_ms(label: str) -> float:
-        match = re.search(rf"^\s*{label}%\s+([\d.]+)(us|ms|s)\s*$", output, re.M)
-        value, unit = float(match.group(1)), match.group(2)
-        return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
-
-    non_2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", output)
-    errors = re.search(r"Socket errors: (.*)", output)
-    return {
-        "requests": int(re.search(r"(\d+) requests in", output).group(1)),
-        "orders_per_s": float(re.search(r"Requests/sec:\s+([\d.]+)", output).group(1)),
-        "p50_ms": latency_ms("50"),
-        "p99_ms": latency_ms("99"),
-        "non_2xx": int(non_2xx.group(1)) if non_2xx else 0,
-        "socket_errors": errors.group(1) if errors else "none",
-    }
-
-
-def measure_http(
-    tokens: list[str],
-    seconds: float,
-    workers: int,
-    threads: int,
-    *,
-    floor: bool = False,
-    code_dir: Path = ROOT,
-    extra_env: dict | None = None,
-) -> dict:
-    """Drive POST /api/orders/ with wrk; with `floor`, bench/floor.py (an empty view) serves it, not the service.
-
-    Also returns gunicorn's CPU milliseconds per request over the measured run (`cpu_ms_per_order`).
-    """
-    env = {"DJANGO_SETTINGS_MODULE": "floor", "PYTHONPATH": str(Path(__file__).resolve().parent)} if floor else {}
-    env.update(extra_env or {})
-    proc = start_gunicorn(PORT, workers=workers, threads=threads, code_dir=code_dir, **env)
-    try:
-        run_wrk(tokens, 3)  # warm-up
-        cpu_before = process_tree_cpu_seconds(proc.pid)
-        result = parse_wrk(run_wrk(tokens, seconds), seconds)
-        result["cpu_ms_per_order"] = (process_tree_cpu_seconds(proc.pid) - cpu_before) / result["requests"] * 1000
-        return result
-    finally:
-        stop(proc)
-
-
-def post_order(client, token: str, idempotency_key: str) -> None:
-    """POST one order through the full Django stack in this process (a django.test.Client) and check it was placed."""
-    response = client.post(
-        "/api/orders/",
-        {"goods_name": "profile", "total": 1},
-        content_type="application/json",
-        HTTP_AUTHORIZATION=f"Token {token}",
-        HTTP_IDEMPOTENCY_KEY=idempotency_key,
-    )
-    assert response.status_code == 201, response.content
-
-
-def count_request_queries(key: str) -> list[str]:
-    """Return the SQL one order request with API key `key` runs, through the full Django stack."""
-    from django.db import connection
-    from django.test import Client
-    from django.test.utils import CaptureQueriesContext
-
-    with CaptureQueriesContext(connection) as ctx:
-        post_order(Client(), key, f"profile-{time.time_ns()}")
-    return [q["sql"] for q in ctx.captured_queries]
 
 
 def compare_tracing(tokens: list[str], args: argparse.Namespace) -> None:
@@ -457,72 +293,6 @@ def compare_plain(tokens: list[str], args: argparse.Namespace) -> None:
         )
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores, shared with other work)")
     print(json.dumps(runs))
-
-
-def ceiling_floor(user, tokens: list[str], args: argparse.Namespace) -> None:
-    """Measure the raw database ceiling, the framework floor and the service (no relay running), one run each."""
-    queries = count_request_queries(tokens[0])
-    print(f"queries per order request (with Idempotency-Key): {len(queries)}")
-    for sql in queries:
-        print(f"  {sql[:110]}")
-    print(f"ceiling: 8 threads x (2 INSERT + COMMIT) for {args.seconds:.0f}s ...", flush=True)
-    ceiling = measure_ceiling(args.seconds, user.pk)
-    print("floor: empty DRF view (bench/floor.py) under the same gunicorn and wrk ...", flush=True)
-    floor = measure_http(tokens, args.seconds, args.workers, args.threads, floor=True)
-    print(f"http: wrk -c{CLIENTS} against gunicorn ({args.workers} workers x {args.threads} threads) ...", flush=True)
-    http = measure_http(tokens, args.seconds, args.workers, args.threads)
-
-    # No relay ran: leave no backlog behind for the next benchmark on this database.
-    outbox_backlog_discard("bench_orders: no relay runs during the benchmark")
-
-    ratio = http["orders_per_s"] / ceiling["tx_per_s"]
-    floor_ratio = floor["orders_per_s"] / ceiling["tx_per_s"]
-    print()
-    print("| measure | value |")
-    print("|---|---|")
-    print(
-        f"| raw ceiling (2 INSERT + COMMIT, 8 threads) | {ceiling['tx_per_s']:.0f} tx/s, "
-        f"p50 {ceiling['p50_ms']:.2f} ms, p99 {ceiling['p99_ms']:.2f} ms |"
-    )
-    print(
-        f"| framework floor (empty DRF view, no auth, no DB; 8 keep-alive clients) | {floor['orders_per_s']:.0f} "
-        f"req/s, p50 {floor['p50_ms']:.2f} ms, p99 {floor['p99_ms']:.2f} ms = {floor_ratio:.0%} of the ceiling |"
-    )
-    print(
-        f"| HTTP POST /api/orders/ (8 keep-alive clients) | {http['orders_per_s']:.0f} orders/s, "
-        f"p50 {http['p50_ms']:.2f} ms, p99 {http['p99_ms']:.2f} ms |"
-    )
-    print(f"| HTTP / ceiling | {ratio:.0%} (target >= 40%) |")
-    print(f"| HTTP / framework floor | {http['orders_per_s'] / floor['orders_per_s']:.0%} |")
-    print(f"| non-2xx responses | {http['non_2xx']} (socket errors: {http['socket_errors']}) |")
-    print(f"| queries per request | {len(queries)} |")
-    print(json.dumps({"ceiling": ceiling, "floor": floor, "http": http, "ratio": ratio, "queries": len(queries)}))
-
-
-def profile_requests(tokens: list[str], requests: int) -> None:
-    """Profile `requests` order POSTs through the whole Django stack in this process; print where the CPU goes."""
-    import cProfile
-    import pstats
-
-    from django.test import Client
-
-    client = Client()
-
-    def post(i: int, prefix: str) -> None:
-        post_order(client, tokens[i % len(tokens)], f"{prefix}-{i}")
-
-    run = f"profile-{time.time_ns()}"
-    for i in range(50):
-        post(i, f"{run}-warm")
-    profiler = cProfile.Profile()
-    started = time.process_time()
-    profiler.enable()
-    for i in range(requests):
-        post(i, run)
-    profiler.disable()
-    cpu = time.process_time() - started
-    print(f"{requests} requests, {cpu / requests * 1000:.3f} ms CPU each under cProfile (which about doubles it)")
-    pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
 
 
 def bench_users(count: int) -> list:

@@ -42,6 +42,7 @@ from kombu import Connection, Producer  # noqa: E402
 from bench import brokers  # noqa: E402
 from config.celery import app  # noqa: E402
 from core.contract import CREDITS_QUEUE, OUTBOX_QUEUE  # noqa: E402
+from core.stats import percentile  # noqa: E402
 from orders.services import order_create  # noqa: E402
 from outbox import wakeup  # noqa: E402
 from outbox.claims import ClaimedMessage  # noqa: E402
@@ -50,11 +51,6 @@ from outbox.messages import build_task_message  # noqa: E402
 from outbox.models import TransactionLog  # noqa: E402
 
 BENCH_BUSINESS = "bench"
-
-
-def percentile(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))]
 
 
 def refuse_shared_targets() -> None:
@@ -248,7 +244,7 @@ def bench_latency(rate: float, seconds: float, channel, pool: str) -> dict:
             worker.kill()
             worker.wait()
         consumer.join(timeout=5)
-    latencies = [(arrived[tx] - committed[tx]) * 1000 for tx in committed if tx in arrived]
+    latencies = sorted((arrived[tx] - committed[tx]) * 1000 for tx in committed if tx in arrived)
     purge(channel)
     return {
         "orders": total,

@@ -34,10 +34,10 @@ from bench.common import (  # noqa: E402
     HostCpu,
     bench_env,
     outbox_backlog_discard,
-    percentile,
     setup_django,
     stop,
 )
+from core.stats import percentile  # noqa: E402
 
 PROCESSES = ("relay", "mariadbd", "redis")
 BUSINESS = "bench-wake"

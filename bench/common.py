@@ -102,14 +102,6 @@ def stop(proc: subprocess.Popen) -> None:
             proc.wait()
 
 
-def percentile(sorted_values: list[float], p: float) -> float:
-    """Return the p-th percentile (0..100) of already sorted values, nearest-rank."""
-    if not sorted_values:
-        return float("nan")
-    index = max(0, min(len(sorted_values) - 1, round(p / 100 * len(sorted_values) + 0.5) - 1))
-    return sorted_values[index]
-
-
 def outbox_backlog_discard(reason: str) -> int:
     """Discard every pending transaction_log row in the bench database; return how many there were.
 

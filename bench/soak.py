@@ -33,10 +33,7 @@ It prints each process's stop time and the order p99 during each restart.
 """
 
 import argparse
-import contextlib
 import itertools
-import math
-import os
 import sys
 import tempfile
 import time
@@ -46,6 +43,7 @@ from urllib.parse import urlsplit
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import setup_django  # noqa: E402
+from soak_rolling import rolling_restart, rolling_restart_report  # noqa: E402
 
 from testkit.mariadb_server import MariaDBServer  # noqa: E402
 from testkit.processes import free_port  # noqa: E402
@@ -58,9 +56,6 @@ FAULTS = ("consumer", "relay", "broker", "connections", "credits-database", *SIL
 ANSWER_LIMIT_SECONDS = 5.0
 FIRST_ORDER_AFTER_HEAL_LIMIT_SECONDS = 5.0
 RESUME_LIMIT_SECONDS = 15.0
-# The day the rolling restart's nightly run covers: one with no orders, so the requeued run is small.
-ROLLING_NIGHTLY_DAY = "2001-05-06"
-SECONDS_BETWEEN_RESTARTS = 3
 
 
 def main() -> int:
@@ -338,27 +333,7 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
             silence_problems.append(f"{name}: no credit within 15 s of the heal ({credited})")
     for problem in silence_problems:
         print(f"  PROBLEM: {problem}")
-    restart_problems = []
-    if args.rolling_restart:
-        from analytics.models import NightlyRun
-        from testkit.restarts import RESTART_P99_LIMIT_SECONDS, clean_restart_problems
-
-        print(f"rolling restart:   (load average now {' '.join(f'{load:.2f}' for load in os.getloadavg())})")
-        for item in restarts:
-            print(f"  {item.summary(ledger)}")
-        hup = [item for item in restarts if "HUP" in item.how]
-        restart_problems = clean_restart_problems(hup, ledger, p99_limit=math.inf) + clean_restart_problems(
-            [item for item in restarts if item not in hup], ledger, p99_limit=RESTART_P99_LIMIT_SECONDS
-        )
-        nightly = [
-            run.status
-            for run in NightlyRun.objects.filter(date=ROLLING_NIGHTLY_DAY, id__gt=earlier_nightly).order_by("id")
-        ]
-        print(f"  nightly run for {ROLLING_NIGHTLY_DAY}: {nightly}")
-        if nightly != ["interrupted", "succeeded"]:
-            restart_problems.append("the nightly run was not recorded interrupted, then re-run successfully")
-        for problem in restart_problems:
-            print(f"  PROBLEM: {problem}")
+    restart_problems = rolling_restart_report(restarts, ledger, earlier_nightly) if args.rolling_restart else []
     p99_all, _ = ledger.latency_p99()
     print(f"order latency p99: {p99_all * 1000:.1f} ms over the whole run")
     print(f"recovered:         {result.credited} of {result.stored} orders credited")
@@ -374,42 +349,6 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
     )
     print(f"verdict:           {'OK' if ok else 'FAILED'}   (logs: {workdir / 'logs'})")
     return 0 if ok else 1
-
-
-def rolling_restart(cluster, backends) -> tuple[list, int]:
-    """Restart every process type in turn, a few seconds apart, while the stream goes on; return the restarts and
-    the id of the last nightly run recorded before them."""
-    from analytics.models import NightlyRun
-    from testkit.restarts import (
-        reload_gunicorn,
-        reload_gunicorn_gapless,
-        restart,
-        restart_behind_other,
-        restart_mid_nightly_run,
-    )
-    from testkit.waiting import wait_for
-
-    steps = [
-        lambda: reload_gunicorn_gapless(cluster, "web"),
-        lambda: reload_gunicorn(cluster, "web"),
-        lambda: restart_behind_other(cluster, backends, "web"),
-        lambda: restart_behind_other(cluster, backends, "web2"),
-        *(lambda name=name: restart(cluster, name) for name in ("relay", "outbox", "credits", "beat")),
-        lambda: restart_mid_nightly_run(cluster, ROLLING_NIGHTLY_DAY, spark_master_after="local[1]"),
-    ]
-    # Earlier soaks on this database ran the same day: only this one's runs count.
-    earlier = NightlyRun.objects.filter(date=ROLLING_NIGHTLY_DAY).order_by("-id").values_list("id", flat=True).first()
-    restarts = []
-    for step in steps:
-        time.sleep(SECONDS_BETWEEN_RESTARTS)
-        restarts.append(step())
-    # The requeued nightly run is a real (small) Spark job; orders keep flowing while it runs.
-    succeeded = NightlyRun.objects.filter(
-        date=ROLLING_NIGHTLY_DAY, status=NightlyRun.Status.SUCCEEDED, id__gt=earlier or 0
-    )
-    with contextlib.suppress(AssertionError):
-        wait_for(succeeded.exists, timeout=600, what="the requeued nightly run to succeed")
-    return restarts, earlier or 0
 
 
 if __name__ == "__main__":

@@ -108,10 +108,10 @@ def shared_client(cache, *, write: bool = False):
     """Return the redis-py client kept per Django Redis cache backend, for reads or for writes.
 
     Django's RedisCache builds a new redis-py client for every command, which copies the client's ~170 response
-    callbacks: under cProfile that was 0.43 of the 2.0 ms per cached API token look-up (1,000 look-ups,
-    bench/bench_auth.py), and 9% of a loaded gunicorn worker's CPU per order for the throttle's script (bench_orders.py,
-    2026-11-25). The client shares the backend's connection pool (the same one get_client picks), so nothing else
-    changes; it is thread-safe, as the pool is; a race builds two and keeps one.
+    callbacks: about a fifth of a cached API token look-up (bench/bench_auth.py), and 9% of a loaded gunicorn
+    worker's CPU per order for the throttle's script (bench_orders.py). The client shares the backend's connection
+    pool (the same one get_client picks), so nothing else changes; it is thread-safe, as the pool is; a race builds
+    two and keeps one.
     """
     backend = cache._cache
     attribute = "_shared_write_client" if write else "_shared_read_client"

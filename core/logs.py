@@ -15,7 +15,6 @@ from django.core.signals import request_started
 
 from core.tracing import current_ids
 
-LOG_FIELDS = ("trace_id", "span_id", "transaction_id")
 JSON_FORMAT = "%(asctime)s %(levelname)s %(name)s %(message)s %(trace_id)s %(span_id)s %(transaction_id)s"
 
 _transaction_id: ContextVar[str] = ContextVar("transaction_id", default="")

@@ -1,12 +1,11 @@
 """Plain-SQL statements for the hot paths, built from the models' metadata, and the instances they wrote.
 
 Why plain SQL: the order request and the credit award are the two paths whose CPU cost sets throughput, and the ORM
-spent more CPU building and compiling their statements than the database spent running them. Measured in process
-on the 2-core development VM (docs/PERFORMANCE.md): the three ORM inserts of an order cost about 0.8 ms of CPU,
-about three times the machine time of a whole two-insert transaction in the raw ceiling; the award cost 1.8 ms of
-Python CPU per award with the ORM and 0.4 ms with plain SQL through a cursor, and the consumer must drain 1,000
-awards/s on two cores it shares with MariaDB and RabbitMQ. (accounts/authentication.py does the same for the token
-look-up: 0.52 ms with the ORM, 0.10 ms raw.)
+spent more CPU building and compiling their statements than the database spent running them (docs/PERFORMANCE.md):
+the three ORM inserts of an order cost about three times the machine time of a whole two-insert transaction in the
+raw ceiling, and an award through the ORM costs about four times its Python CPU through a cursor, while the consumer
+must drain 1,000 awards/s on two cores it shares with MariaDB and RabbitMQ. (accounts/authentication.py does the
+same for the token look-up.) The statements run as one batch per round trip through core/sql_batches.py.
 
 Why from ``_meta``: a statement typed by hand drifts from its model without a sound. Here the table and every column
 come from the model (``db_table``, each field's ``column``, quoted by the database's ``quote_name``), built on first
@@ -16,9 +15,7 @@ a default, or the auto-increment key); building the statement fails otherwise, a
 every hot-path statement and checks it against its model. Instances come from ``Model.from_db``, as if read back.
 """
 
-import contextlib
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -26,8 +23,8 @@ from django.db import connections, router
 from django.db.models import Field, IntegerField, Model, Value
 
 # What the driver escapes in a quoted value besides the quote itself, and a None written as text by %s. Searched
-# for one at a time: on a 1.4 MB batch the searches and the quote count took 3.6 ms, one regular expression with
-# these alternatives 64.5 ms (it was a third of a seed's client CPU).
+# for one at a time: on a 1.4 MB batch the searches and the quote count take about a twentieth of the time one
+# regular expression with these alternatives takes.
 _NEEDS_ESCAPING = ("\\", "\x00", "\n", "\r", "\x1a", "'None'")
 
 
@@ -125,10 +122,9 @@ class Insert:
         database default. Text with nothing to escape in it (no quote, backslash or control character the driver
         escapes) is quoted as it is: the statement is first written that way, and if it holds more quotes than its
         text values have ends, or anything to escape, or a None, it is written again escaping every value.
-        Why: seeding 10M orders writes 200M values. Client CPU of seeding 200,000 orders, measured interleaved on the
-        shared 2-core machine: rows formatted by hand (f-strings) 1.70-1.76 s, this 2.12-2.21 s, this escaping
-        every value 2.90-3.02 s; through the driver's parameters (one %s per value) 1.7 times the hand-formatted rows
-        (docs/PERFORMANCE.md, "What the 10M seed rests on").
+        Why: seeding 10M orders writes 200M values. In a seed's client CPU this costs about a quarter more than rows
+        formatted by hand (f-strings), escaping every value about 70% more, and the driver's parameters
+        (one %s per value) about 1.7 times the hand-formatted rows (docs/PERFORMANCE.md, "Nightly analytics").
         """
         if self.only_if:
             raise ValueError("an INSERT guarded by a condition (only_if) writes one row")
@@ -295,108 +291,3 @@ def converted(connection, converters: tuple[tuple, ...], row: Sequence[Any]) -> 
         for convert, column in pairs:
             values[index] = convert(values[index], column, connection)
     return values
-
-
-def transaction_abandon(connection) -> None:
-    """Roll back the transaction a failed batch left open; if even that fails, close the connection.
-
-    A closed connection's transaction is rolled back by the server, so nothing half-written can outlive it.
-    """
-    try:
-        with connection.cursor() as cursor:
-            cursor.execute("ROLLBACK")
-    except Exception:
-        connection.close()
-
-
-@dataclass(frozen=True)
-class StatementResult:
-    """What one statement of a batch reported: rows matched or written, the auto-increment key it generated, and
-    the rows it read (a SELECT's; empty for any other statement)."""
-
-    rowcount: int
-    lastrowid: int | None
-    rows: tuple = ()
-
-
-def batch_execute(connection, cursor, batch: str, params: Sequence[Any]) -> list[StatementResult]:
-    """Run a multi-statement batch in one round trip on a Django cursor; return each statement's result.
-
-    MariaDB stops a batch at its first failing statement, and that error reaches the client only when its result is
-    read, so every result is read inside the execute call: Django's execute wrappers (the query log, the SQL span)
-    see the batch fail as one statement, and the error arrives as Django's DatabaseError. A transaction the batch
-    opened is still open after an error: the caller rolls it back.
-    """
-    # The results are read on the driver's cursor: Django's two cursor wrappers cost more per call than a read does.
-    driver_cursor = cursor.cursor.cursor
-    results = []
-
-    def result() -> StatementResult:
-        rows = driver_cursor.fetchall() if driver_cursor.description else ()
-        return StatementResult(driver_cursor.rowcount, driver_cursor.lastrowid, rows)
-
-    def read_every_result(execute, sql, params, many, context):
-        outcome = execute(sql, params, many, context)
-        results.append(result())
-        with connection.wrap_database_errors:
-            while driver_cursor.nextset():
-                results.append(result())
-        return outcome
-
-    with connection.execute_wrapper(read_every_result):
-        cursor.execute(batch, params)
-    return results
-
-
-def batch_row_counts(connection, batch: str, params: Sequence[Any]) -> list[int]:
-    """Run a multi-statement batch (or one statement) on its own cursor; return each statement's row count, raising
-    the first error. For batches that read no rows, on a hot path (the credit award).
-
-    A later statement's error reaches the client only when its result is read, so every result is read before this
-    returns, inside the database error translation, and the batch fails as one statement. Where something wraps
-    statements (an execute wrapper such as the SQL span, or the debug query log) or inside a transaction (a replay), it
-    goes through Django's cursor, the results read inside the execute call, so a wrapper sees the whole batch too.
-    """
-    return [result.rowcount for result in _unread_batch(connection, batch, params)]
-
-
-def batch_insert_ids(connection, batch: str, params: Sequence[Any]) -> list[int]:
-    """Run a multi-statement batch as batch_row_counts does; return the auto-increment key each statement generated
-    (0 for a statement that generated none). For batches that read no rows, on a hot path (the order request)."""
-    return [result.lastrowid or 0 for result in _unread_batch(connection, batch, params)]
-
-
-def _unread_batch(connection, batch: str, params: Sequence[Any]) -> list[StatementResult]:
-    """Run a batch whose statements read no rows on the backend's own cursor, and return what each reported; through
-    Django's cursor (batch_execute) where it must be (see batch_row_counts)."""
-    if connection.execute_wrappers or connection.queries_logged or connection.in_atomic_block:
-        with connection.cursor() as cursor:
-            return batch_execute(connection, cursor, batch, params)
-    # Otherwise on the backend's own cursor, opened the way connection.cursor() opens one (health check, connection,
-    # thread check) but without Django's wrapper around it, which has nothing to do here: creating, entering and
-    # closing that wrapper, and calling through it, were about a tenth of a worker's Python CPU per award (py-spy
-    # --gil, bench_credits.py's backlog; docs/PERFORMANCE_LOG.md, "the award's cursor").
-    connection.close_if_health_check_failed()
-    connection.ensure_connection()
-    connection.validate_thread_sharing()
-    with connection.wrap_database_errors:
-        cursor = connection.create_cursor()
-        try:
-            cursor.execute(batch, params)  # the backend's wrapper, which maps its integrity error codes
-            return _driver_results(cursor.cursor)
-        finally:
-            with contextlib.suppress(connection.Database.Error):  # as Django's cursor closes: the error was raised
-                cursor.close()
-
-
-def _driver_results(driver_cursor) -> list[StatementResult]:
-    """Return what each statement of the batch the driver cursor just ran reported, its first result in hand.
-
-    The later results are read on the driver's connection: the batch's statements return no rows, so there is no
-    result set to store, and the cursor's nextset() (storing and describing each result) costs more than the reads.
-    """
-    results = [StatementResult(driver_cursor.rowcount, driver_cursor.lastrowid)]
-    driver_connection = driver_cursor.connection
-    while driver_connection.next_result() == 0:  # -1: no more results; an error raises
-        results.append(StatementResult(driver_connection.affected_rows(), driver_connection.insert_id()))
-    return results

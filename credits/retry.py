@@ -17,21 +17,37 @@ It follows the design the service comes from (reconsume up to 3 times, then the 
   seconds, where d = min(CREDITS_RETRY_MAX_SECONDS, CREDITS_RETRY_BASE_SECONDS * 2**n). Half of each delay is fixed,
   so delays grow from one retry to the next; the random half spreads a burst of failures so they do not retry in
   lockstep.
-- Limit: CREDITS_MAX_RETRIES retries after the first attempt; after the last, the message is dead-lettered.
-  The same limit bounds redeliveries (a message a worker died holding, counted by quorum queues): one redelivered
-  more often is dead-lettered without being tried (credits/tasks.py), as a permanent, unexpected failure.
+- Limit: CREDITS_MAX_RETRIES retries after the first attempt; after the last, the message is dead-lettered
+  (credits/dead_letters.py). The same limit bounds redeliveries (a message a worker died holding, counted by quorum
+  queues): one redelivered more often is dead-lettered without being tried (credits/tasks.py), as a permanent,
+  unexpected failure.
+- The retry itself (retry_later): the message published again to its version's queue after the delay, its headers
+  carried over and its first failure's time added, so the dead letter can say when it began.
 """
 
+import logging
+import math
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
 import MySQLdb
+from celery import Task
+from celery.exceptions import Reject
 from django.conf import settings
 from django.db import Error as DatabaseError
 from django.db import InterfaceError
 
+from core import tracing
 from core.backoff import backoff_delay
+from core.contract import QUEUE_TYPE_QUORUM
+from core.credits_queues import queue_for
+from credits import metrics, versions
 from credits.errors import MalformedMessage, NewerSchemaVersion, Redelivered, UnsupportedSchemaVersion
+from credits.headers import FIRST_FAILED_HEADER, headers_to_carry
 from credits.models import DeadLetter
+
+logger = logging.getLogger(__name__)
 
 Reason = DeadLetter.Reason
 
@@ -116,3 +132,46 @@ def retry_allowed(failure: Failure, *, retries: int) -> bool:
 def retry_delay(retries: int) -> float:
     """Return the seconds to wait before retry number `retries` (0-based), capped and jittered."""
     return backoff_delay(retries, base=settings.CREDITS_RETRY_BASE_SECONDS, cap=settings.CREDITS_RETRY_MAX_SECONDS)
+
+
+def countdown(delay: float) -> float:
+    """Return a delay the broker can keep: on quorum queues, native delayed delivery counts whole seconds only."""
+    if settings.CELERY_QUEUE_TYPE == QUEUE_TYPE_QUORUM:
+        # It rounds a countdown down and refuses one under 1 s.
+        return max(1, math.ceil(delay))
+    return delay
+
+
+def retry_later(
+    task: Task, failure: Failure, exc: Exception, payload: Any, *, first_failed_at: datetime, error: str
+) -> str:
+    """Publish the message in hand again after its backoff delay and raise the Retry that acknowledges this delivery.
+
+    Returns only when Celery could not publish the retry (it would reject the message unrecorded): then the error the
+    message is dead-lettered with instead.
+    """
+    request = task.request
+    delay = countdown(retry_delay(request.retries))
+    try:
+        with tracing.span("credits.retry", attributes={"credits.reason": failure.reason, "credits.delay_s": delay}):
+            retry_signal = task.retry(
+                exc=exc,
+                countdown=delay,
+                headers={FIRST_FAILED_HEADER: first_failed_at.isoformat(), **headers_to_carry(request)},
+                # Its version's queue, named: on quorum queues Celery would route the delayed message by the task's
+                # route (`credits`) instead of the delivery's.
+                queue=queue_for(versions.resend_queue(request, payload)),
+                throw=False,
+            )
+    except Reject as not_published:
+        return f"{error}; the retry could not be published: {not_published.reason}"
+    metrics.RETRIES.labels(reason=failure.reason).inc()
+    logger.warning(
+        "credits message %s failed (%s), retry %d in %.2fs: %s",
+        request.id,
+        failure.reason,
+        request.retries + 1,
+        delay,
+        error,
+    )
+    raise retry_signal

@@ -46,7 +46,7 @@ from django.db import IntegrityError, connections, router, transaction
 from django.db.models import Case, F, Q, Value, When
 from django.utils import timezone
 
-from core import sql
+from core import sql, sql_batches
 from core.contract import TRANSACTION_ID
 from core.errors import ReasonRequired
 from core.retention import purge_in_batches
@@ -96,7 +96,7 @@ def credit_balance_ensure(*, user_id: int) -> None:
     """Create the user's zero balance row if it is missing, in a statement of its own (see the module docstring)."""
     connection = connections[credits_database()]
     now = connection.ops.adapt_datetimefield_value(timezone.now())
-    sql.batch_row_counts(connection, BALANCE_CREATE.sql, [user_id, 0, now])
+    sql_batches.batch_row_counts(connection, BALANCE_CREATE.sql, [user_id, 0, now])
 
 
 def _credit_insert(
@@ -114,12 +114,14 @@ def _credit_insert(
     if connection.in_atomic_block:
         # Inside a caller's transaction (a replay): a savepoint, so a duplicate undoes only this balance change.
         with transaction.atomic(using=alias):
-            _update, insert = sql.batch_row_counts(connection, award_batch(own_transaction=False), params)
+            _update, insert = sql_batches.batch_row_counts(connection, award_batch(own_transaction=False), params)
         return insert == 1
     try:
-        _start, _update, insert, _commit = sql.batch_row_counts(connection, award_batch(own_transaction=True), params)
+        _start, _update, insert, _commit = sql_batches.batch_row_counts(
+            connection, award_batch(own_transaction=True), params
+        )
     except BaseException:
-        sql.transaction_abandon(connection)
+        sql_batches.transaction_abandon(connection)
         raise
     return insert == 1
 

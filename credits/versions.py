@@ -21,6 +21,7 @@ from core import tracing
 from core.contract import CREDITS_EXPIRED_QUEUE, CREDITS_QUEUE, credits_queue_name
 from core.credits_queues import queue_for, wait_expiration_seconds
 from credits import metrics
+from credits.headers import header
 from credits.messages import accepted_versions
 
 logger = logging.getLogger(__name__)
@@ -39,10 +40,6 @@ def delivery_queue(request) -> str:
     return _DELAY_PREFIX.sub("", routing_key, count=1)
 
 
-def _header(request, name: str):
-    return (request.headers or {}).get(name) or getattr(request, name, None)
-
-
 def waited(request) -> bool:
     """Return whether this message comes from credits.expired: it waited its time in its version's queue."""
     return delivery_queue(request) == CREDITS_EXPIRED_QUEUE
@@ -55,14 +52,14 @@ def dead_lettered_before(request) -> bool:
     no death header and waited too.
     """
     # The header first: absent on every message never dead-lettered, so the common award pays one look-up.
-    reason = _header(request, FIRST_DEATH_REASON_HEADER)
+    reason = header(request, FIRST_DEATH_REASON_HEADER)
     return isinstance(reason, str) and reason != EXPIRED and waited(request)
 
 
 def pass_on(request, exc: Exception | None = None) -> Reject:
     """Return the Reject that sends a message already dead-lettered on to credits.dead, nothing recorded again."""
-    queue = _header(request, FIRST_DEATH_QUEUE_HEADER)
-    reason = _header(request, FIRST_DEATH_REASON_HEADER)
+    queue = header(request, FIRST_DEATH_QUEUE_HEADER)
+    reason = header(request, FIRST_DEATH_REASON_HEADER)
     logger.info("credits message %s passed on to credits.dead: dead-lettered from %s (%s)", request.id, queue, reason)
     return Reject(f"dead-lettered from {queue} ({reason})", requeue=False)
 
@@ -78,7 +75,7 @@ def resend_queue(request, payload) -> str:
 
 def waited_error(request) -> str:
     """Return what a dead letter of a message that waited out its version's queue says about the wait."""
-    queue = _header(request, FIRST_DEATH_QUEUE_HEADER) or "its version's queue"
+    queue = header(request, FIRST_DEATH_QUEUE_HEADER) or "its version's queue"
     return f"no consumer that accepts it took it from {queue} within CREDITS_UNKNOWN_VERSION_WAIT_SECONDS"
 
 

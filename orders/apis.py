@@ -1,21 +1,16 @@
 """REST endpoints for orders and the transaction check-back: validate, call a service or selector, serialize."""
 
 import functools
-import re
 from collections.abc import Mapping
-from typing import NamedTuple
 
 from django.conf import settings
 from django.core.validators import RegexValidator
 from django.http import Http404
-from django.utils.cache import patch_vary_headers
 from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse, extend_schema
-from rest_framework import exceptions, serializers, status
-from rest_framework.authentication import TokenAuthentication
+from rest_framework import serializers, status
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from core.api import exception_handler
 from core.contract import ORDER_TOTAL_MAX, ORDER_TOTAL_MIN
 from core.fields import (
     PRINTABLE_TEXT_PATTERN,
@@ -26,25 +21,19 @@ from core.fields import (
 )
 from core.openapi import RETRY_AFTER, error_responses
 from core.pagination import LimitOffsetPagination, page_parameters
-from core.parsers import JSONParser, strict_loads
+from core.parsers import JSONParser
 from core.throttling import SharedCacheUserRateThrottle
 from credits.selectors import CreditStatus
 from orders import selectors, services
-
-IDEMPOTENCY_HEADER = "Idempotency-Key"
-IDEMPOTENCY_KEY_MAX = 255
-# The IETF draft (httpapi-idempotency-key-header) makes the key a structured-field string: printable ASCII, 0x20 to
-# 0x7E. The same rule as a JSON Schema pattern, for the OpenAPI document.
-IDEMPOTENCY_KEY_PATTERN = "^[ -~]*$"
-IDEMPOTENCY_KEY_RULE = f"1 to {IDEMPOTENCY_KEY_MAX} printable ASCII characters (0x20 to 0x7E)"
-# Read from META, as request.headers would find it: building request.headers costs more than the look-up.
-IDEMPOTENCY_META_KEY = "HTTP_" + IDEMPOTENCY_HEADER.upper().replace("-", "_")
-
-
-def idempotency_key_valid(key: str) -> bool:
-    """Return whether `key` is an Idempotency-Key this API accepts (IDEMPOTENCY_KEY_RULE)."""
-    # isprintable() refuses the control characters (tab, DEL); isascii() what WSGI decoded from bytes over 0x7E.
-    return 1 <= len(key) <= IDEMPOTENCY_KEY_MAX and key.isascii() and key.isprintable()
+from orders.fast_path import order_create_fast_for, plain_order_fields, shared_serializer
+from orders.idempotency import (
+    IDEMPOTENCY_HEADER,
+    IDEMPOTENCY_KEY_MAX,
+    IDEMPOTENCY_KEY_PATTERN,
+    IDEMPOTENCY_KEY_RULE,
+    IDEMPOTENCY_META_KEY,
+    idempotency_key_valid,
+)
 
 
 class OrderOutputSerializer(serializers.Serializer):
@@ -104,49 +93,6 @@ def order_data(order) -> dict:
     }
 
 
-@functools.cache
-def _order_input_serializer(serializer_class: type[serializers.Serializer]) -> serializers.Serializer:
-    serializer = serializer_class()
-    serializer.fields  # noqa: B018 (bound once, before threads share it)
-    return serializer
-
-
-# Text every rule of the goods_name field takes as it is: printable ASCII without surrounding spaces, so trimming
-# changes nothing and no control, format or surrogate character is in it. Most names are such text.
-PLAIN_TEXT = re.compile(r"[!-~](?:[ -~]*[!-~])?")
-ORDER_FIELDS = frozenset({"goods_name", "total"})
-
-
-@functools.cache
-def _plain_order_limits(serializer_class: type[serializers.Serializer]) -> tuple[int, int, int, int]:
-    """Return (min length, max length, min total, max total) as the input serializer's fields declare them."""
-    fields = _order_input_serializer(serializer_class).fields
-    name, total = fields["goods_name"], fields["total"]
-    return name.min_length, name.max_length, total.min_value, total.max_value
-
-
-def plain_order_fields(serializer_class: type[serializers.Serializer], data) -> dict | None:
-    """Return what `serializer_class` validates `data` to when that is plain to see, else None (run the serializer).
-
-    Plain: exactly goods_name and total, the name PLAIN_TEXT within the field's lengths, the total a JSON integer
-    within its bounds. The serializer returns such values unchanged (orders/tests/test_fast_path.py checks the two
-    agree on generated bodies), at a small part of the serializer's CPU (docs/PERFORMANCE.md, "Order creation").
-    """
-    if type(data) is not dict or data.keys() != ORDER_FIELDS:
-        return None
-    goods_name, total = data["goods_name"], data["total"]
-    name_min, name_max, total_min, total_max = _plain_order_limits(serializer_class)
-    if (
-        type(goods_name) is str
-        and type(total) is int
-        and name_min <= len(goods_name) <= name_max
-        and total_min <= total <= total_max
-        and PLAIN_TEXT.fullmatch(goods_name)
-    ):
-        return {"goods_name": goods_name, "total": total}
-    return None
-
-
 class OrderThrottle(SharedCacheUserRateThrottle):
     """Per-user limit on order creation, read from ORDERS_RATE_LIMIT when the request arrives."""
 
@@ -191,14 +137,14 @@ class OrderListCreateApi(APIView):
         raise_exception=True) raises for any other.
 
         A valid body is validated by one serializer kept for the process: a serializer instance deep-copies its
-        declared fields first, about 4% of a loaded gunicorn worker's CPU per order (cProfile, 2026-11-25). Its
-        validation keeps no state on the instance, so threads may share it. An invalid body goes through a serializer
+        declared fields first, a cost every order would pay again. Its validation keeps no state on the instance, so
+        threads may share it. An invalid body goes through a serializer
         of its own, so its 400 is the same, error for error.
         """
         if (fields := plain_order_fields(cls.OrderInputSerializer, data)) is not None:
             return fields
         try:
-            return _order_input_serializer(cls.OrderInputSerializer).run_validation(data)
+            return shared_serializer(cls.OrderInputSerializer).run_validation(data)
         except serializers.ValidationError:
             serializer = cls.OrderInputSerializer(data=data)
             serializer.is_valid(raise_exception=True)
@@ -280,127 +226,9 @@ def placement_answer(placement: services.OrderPlacement) -> Response:
     return Response(order_data(order), status=status.HTTP_201_CREATED, headers=headers)
 
 
-# What the common order request sends: no Accept header, */* or JSON; JSON without parameters; an API token.
-FAST_ACCEPT = frozenset({None, "*/*", "application/json"})
-FAST_CONTENT_TYPE = "application/json"
-
-
-class ViewParts(NamedTuple):
-    """What OrderListCreateApi answers a JSON request with: its first authenticator and renderer, its headers."""
-
-    authenticator: object
-    renderer: object
-    headers: dict
-
-
-@functools.cache
-def _view_parts() -> ViewParts:
-    view = OrderListCreateApi()
-    view.setup(None)
-    return ViewParts(view.get_authenticators()[0], view.get_renderers()[0], dict(view.default_response_headers))
-
-
-def order_create_fast(request) -> Response | None:
-    """Answer the common order request without DRF's request, negotiation and dispatch; None for any other request.
-
-    The common request: POST, Content-Type exactly application/json, no query string, Accept absent, */* or
-    application/json, ``Authorization: Token <key>`` that the view's first authenticator (a TokenAuthentication)
-    accepts, an Idempotency-Key that idempotency_key_valid accepts or none, and a JSON object of exactly goods_name
-    and total that OrderInputSerializer accepts. For it DRF's answer is known before it runs: the first renderer
-    (JSON), the token's user, IsAuthenticated passed, then the throttle, the service and the 201 (or the error the
-    exception handler makes of what they raise). This runs those same steps, with the same functions, and answers with a
-    Response finalized as the view finalizes one, without DRF's request wrapper, negotiation, parser selection and
-    dispatch: 0.8 to 0.7 ms of CPU per request in process (docs/PERFORMANCE.md, "Order creation"). The token and
-    the throttle's count come in one Redis round trip where the authenticator can (a token this process has seen:
-    accounts/authentication.token_by_key_counted), so the body is checked first.
-
-    Everything else, and every request that fails a check above, returns None before anything is counted or
-    written, and the DRF view answers it from the start (orders/tests/test_fast_path.py compares the two paths'
-    answers, header for header).
-    """
-    authenticator = _view_parts().authenticator
-    meta = request.META
-    if (
-        not isinstance(authenticator, TokenAuthentication)
-        or request.method != "POST"
-        or meta.get("CONTENT_TYPE") != FAST_CONTENT_TYPE
-        or meta.get("QUERY_STRING")
-        or meta.get("HTTP_ACCEPT") not in FAST_ACCEPT
-    ):
-        return None
-    scheme, _, api_key = meta.get("HTTP_AUTHORIZATION", "").partition(" ")
-    idempotency_key = meta.get(IDEMPOTENCY_META_KEY)
-    if scheme != authenticator.keyword or not api_key or api_key.strip() != api_key:
-        return None
-    if idempotency_key is not None and not idempotency_key_valid(idempotency_key):
-        return None
-    # The body before the token: the look-up may count the request under the user's rate limit, and a request handed
-    # to the DRF view must not have been counted (the view counts it).
-    try:
-        data = strict_loads(request.body.decode())
-    except (exceptions.ParseError, UnicodeDecodeError):
-        return None
-    # Not an order's two fields: DRF's view answers the 400, building the error serializer once, not here as well.
-    if not isinstance(data, dict) or data.keys() != ORDER_FIELDS:
-        return None
-    try:
-        fields = OrderListCreateApi.order_input(data)
-    except serializers.ValidationError:
-        return None
-    throttle = OrderThrottle()
-    try:
-        user, count = _authenticated(authenticator, api_key, throttle)
-    except exceptions.AuthenticationFailed:
-        return None
-    except Exception as exc:
-        # A database the look-up needs is down, say: answered as the view's exception handler answers it.
-        if (response := _handled(exc)) is None:
-            raise
-        return response
-    # From here on the answer is DRF's: the user its authentication would set, the throttle, the service.
-    request.user = user
-    try:
-        if not (throttle.allow_request(request, None) if count is None else throttle.allows(count)):
-            raise exceptions.Throttled(throttle.wait())
-        placement = services.order_create(user=user, idempotency_key=idempotency_key, **fields)
-    except Exception as exc:
-        if (response := _handled(exc)) is None:
-            raise
-        return response
-    return _finalized(placement_answer(placement))
-
-
-def _authenticated(authenticator, api_key: str, throttle: OrderThrottle) -> tuple[object, int | None]:
-    """Return the token's user and, where the authenticator counted the request in the same round trip as the token
-    (accounts/authentication.token_by_key_counted), its count under `throttle`; else None, and the throttle counts."""
-    if (counted := getattr(authenticator, "authenticate_credentials_counted", None)) is not None:
-        user, _, count = counted(api_key, throttle)
-        return user, count
-    user, _ = authenticator.authenticate_credentials(api_key)
-    return user, None
-
-
-def _handled(exc: Exception) -> Response | None:
-    """Return the view's answer to `exc` (APIView.handle_exception), or None when the view would let it propagate."""
-    response = exception_handler(exc, {})
-    if response is not None:
-        response.exception = True
-        response = _finalized(response)
-    return response
-
-
-def _finalized(response: Response) -> Response:
-    """Give `response` the renderer and headers APIView.finalize_response gives it on a request negotiated to JSON."""
-    _, renderer, headers = _view_parts()
-    response.accepted_renderer = renderer
-    response.accepted_media_type = renderer.media_type
-    response.renderer_context = {}
-    headers = dict(headers)
-    if (vary := headers.pop("Vary", None)) is not None:
-        patch_vary_headers(response, [vary])
-    for name, value in headers.items():
-        response[name] = value
-    return response
+# The common order request's answer without DRF's request, negotiation and dispatch (orders/fast_path.py); None for
+# any other request, which the DRF view answers.
+order_create_fast = order_create_fast_for(OrderListCreateApi, throttle_class=OrderThrottle, answer=placement_answer)
 
 
 class OrderDetailApi(APIView):

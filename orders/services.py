@@ -1,6 +1,5 @@
 """Writes for orders: placing an order together with its outbox message and idempotency record."""
 
-import functools
 import hashlib
 import json
 from dataclasses import dataclass
@@ -10,16 +9,16 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
 from django.utils import timezone
 
-from core import sql
+from core import sql_batches
 from core.contract import BUSINESS_ORDER
 from core.errors import ApplicationError
 from core.logs import transaction_bind
 from core.retention import purge_in_batches
 from orders.messages import order_message_payload
 from orders.models import IdempotencyKey, Order
+from orders.statements import IDEMPOTENCY_KEY_INSERT, MESSAGE_AFTER_ORDER, ORDER_INSERT, PENDING_ORDER_ID, order_batch
 from outbox.ids import new_transaction_id
-from outbox.models import TransactionLog
-from outbox.services import MESSAGE_INSERT, message_row, wake_relay
+from outbox.services import message_row, wake_relay
 
 
 class IdempotencyKeyReused(ApplicationError):
@@ -36,36 +35,6 @@ def request_fingerprint(*, goods_name: str, total: int) -> str:
     """Return a stable digest of the validated order fields, to tell a retry from a different request."""
     canonical = json.dumps({"goods_name": goods_name, "total": total}, sort_keys=True, ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
-
-
-# The order request is the API's hot path, so its statements are plain SQL built from the models (core/sql.py says
-# why, with the measurement); test_services reads the rows back through the ORM. The order, its outbox row and its
-# idempotency record go to MariaDB as one multi-statement batch, one network round trip (order_batch). The rows after
-# the order take its new key from a session variable the batch sets: the outbox row's foreign key and its payload's
-# order_id, the idempotency record's order.
-ORDER_ID = "@creditshop_order_id"
-ORDER_INSERT = sql.Insert(Order, ("user", "goods_name", "total", "transaction_id", "created_at"))
-MESSAGE_AFTER_ORDER = sql.Insert(
-    TransactionLog,
-    MESSAGE_INSERT.fields,
-    expressions={"foreign_key": f"CAST({ORDER_ID} AS CHAR)", "payload": f"JSON_SET(%s, '$.order_id', {ORDER_ID})"},
-)
-IDEMPOTENCY_KEY_INSERT = sql.Insert(
-    IdempotencyKey, ("user", "key", "fingerprint", "order", "created_at"), expressions={"order": ORDER_ID}
-)
-# The payload's order_id until the database sets the order's new key there (JSON_SET above).
-PENDING_ORDER_ID = 0
-
-
-@functools.cache
-def order_batch(*, own_transaction: bool, idempotency_key: bool) -> str:
-    """Return the order's statements as one batch: the order, its outbox row and, for a request that sent an
-    Idempotency-Key, its idempotency record; its own transaction, or inside the caller's (core/sql.transaction_batch).
-    """
-    statements = [ORDER_INSERT.sql, f"SET {ORDER_ID} = LAST_INSERT_ID()", MESSAGE_AFTER_ORDER.sql]
-    if idempotency_key:
-        statements.append(IDEMPOTENCY_KEY_INSERT.sql)
-    return sql.transaction_batch(statements, own_transaction=own_transaction)
 
 
 @dataclass(frozen=True)
@@ -99,9 +68,9 @@ class OrderRows:
 def _order_rows_insert(connection, rows: OrderRows, *, own_transaction: bool) -> int:
     """Run the order's batch and return the order's new id; in its own transaction, or in the caller's."""
     batch = order_batch(own_transaction=own_transaction, idempotency_key=rows.idempotency_key is not None)
-    # On the backend's own cursor (core/sql.batch_insert_ids), as the award's: Django's cursor wrapper, its execute
-    # wrapper and a nextset() per result cost 8% of the order's batch under cProfile (2,000 orders in process).
-    keys = sql.batch_insert_ids(connection, batch, rows.parameters())
+    # On the backend's own cursor (core/sql_batches.batch_insert_ids), as the award's: Django's cursor wrapper, its
+    # execute wrapper and a nextset() per result cost a twelfth of the order's batch.
+    keys = sql_batches.batch_insert_ids(connection, batch, rows.parameters())
     # The order's INSERT is the batch's first statement, after START TRANSACTION in a batch of its own.
     return keys[1 if own_transaction else 0]
 
@@ -117,7 +86,7 @@ def _order_rows_commit(connection, rows: OrderRows) -> int:
     try:
         return _order_rows_insert(connection, rows, own_transaction=True)
     except BaseException:
-        sql.transaction_abandon(connection)
+        sql_batches.transaction_abandon(connection)
         raise
 
 
@@ -130,7 +99,7 @@ def order_create(
     a concurrent duplicate blocks on the index until the first commits, then fails and reads the winner.
     """
     # The connection itself, not django.db.connection: each attribute read through that proxy looks the connection up
-    # again, and the order's path reads about fifteen (2% of a loaded gunicorn worker's CPU per order, cProfile).
+    # again, and the order's path reads about fifteen.
     connection = connections[DEFAULT_DB_ALIAS]
     fingerprint = request_fingerprint(goods_name=goods_name, total=total)
     transaction_id = new_transaction_id()

@@ -14,8 +14,8 @@ Under sustained load the gate is taken for longer. Each ring also reports the co
 last one, counted per second of the Redis server's clock (RATE_KEY); when the web tier committed at least
 OUTBOX_WAKE_BUSY_RATE orders in the previous second, the gate is taken for OUTBOX_WAKE_BUSY_INTERVAL_SECONDS instead
 of OUTBOX_WAKE_INTERVAL_SECONDS. Every drain then carries a tenth of a second's orders rather than a fortieth, so the
-relay, the broker and the consumers work per batch: measured in bench_orders.py (2026-11-27), the whole host's CPU
-per order 3.81-4.12 ms with the gate at 100 ms against 4.33-4.64 ms at 25 ms, in the same rounds. A quiet stream or
+relay, the broker and the consumers work per batch: in bench_orders.py the whole host's CPU per order is about a
+tenth lower with the gate at 100 ms than at 25 ms (docs/PERFORMANCE.md). A quiet stream or
 a single burst keeps the short gate and its latency. Web processes of an older release ring with their own script
 and report nothing: the count only misses their commits.
 

@@ -13,7 +13,7 @@ from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
-from core.sql import batch_execute, transaction_abandon
+from core.sql_batches import batch_execute, transaction_abandon
 from outbox import statements
 from outbox.models import TransactionLog
 

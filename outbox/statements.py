@@ -1,10 +1,10 @@
 """The relay's plain SQL on transaction_log, built from the model: the claim (lock and lease) and the published mark.
 
-Why plain SQL: a relay woken by the web drains a few rows at a time, dozens of times a second, and the cost of a
-drain was mostly fixed: the ORM building and compiling its three statements, and ``transaction.atomic`` toggling
-autocommit around the claim (``SET autocommit=0``, ``COMMIT``, ``SET autocommit=1``). Measured in process on the
-shared 2-core machine, a drain cost about 1.3 ms of relay CPU plus 85 us a row, and the claim and the mark of 10
-rows 2.2 ms, now 0.75 ms (docs/PERFORMANCE.md, "Outbox relay under the web's wake-ups"). Here the claim is two
+Why plain SQL: a relay woken by the web drains a few rows at a time, dozens of times a second, and through the ORM
+the cost of a drain is mostly fixed: building and compiling its three statements, and ``transaction.atomic``
+toggling autocommit around the claim (``SET autocommit=0``, ``COMMIT``, ``SET autocommit=1``). In plain SQL the
+claim and the mark of 10 rows cost about a third of the ORM's CPU (docs/PERFORMANCE.md, "Outbox relay under the
+web's wake-ups"). Here the claim is two
 round trips (``START TRANSACTION`` and the locking SELECT in one batch, the lease UPDATE and ``COMMIT`` in another)
 and the mark one, each a string built once per process from the model's metadata (``core/sql.py`` says why);
 tests/test_hot_path_sql.py checks them against the model. What the claim reads goes through the converters the ORM

@@ -11,8 +11,8 @@ The interval also holds across processes and hosts: before sending, a thread tak
 with the interval as its expiry). While another process holds it, that process's send is under way or was made
 less than an interval ago, so this one tries again once the gate has expired: still a send after every commit, but
 at most one per interval for the whole web tier. Without the gate, four gunicorn workers under load sent up to four
-wake-ups per interval, each a worker's drain of a few rows: in one bench_orders.py round (2026-11-24, shared
-machine) the whole host's CPU per order was 14.1 ms with them and 7.4 ms with wake-ups all but off. The same script
+wake-ups per interval, each a worker's drain of a few rows: in bench_orders.py such wake-ups about double the whole
+host's CPU per order. The same script
 that takes the gate rings the bell when a relay loop listens (one round trip either way); a task is sent only when
 none does. When the cache does not answer, the thread sends a task anyway.
 
@@ -58,7 +58,7 @@ def _wake_message() -> tuple[dict, str]:
     """Return the headers and JSON body of an ``outbox.relay`` task message, built once by Celery itself.
 
     Every wake-up is the same task with no arguments, so only its id and expiry change from one send to the next;
-    going through send_task for each one cost about a millisecond of a web worker's CPU per wake-up (py-spy/yappi).
+    going through send_task for each one costs about a millisecond of a web worker's CPU per wake-up.
     """
     message = app.amqp.as_task_v2("template", RELAY_TASK)
     headers = {**message.headers, "origin": f"wakeup@{os.uname().nodename}"}

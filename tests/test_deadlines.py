@@ -3,7 +3,7 @@
 import pytest
 from django.db import connections
 
-from analytics.extract import jdbc_source
+from analytics.jdbc import jdbc_source
 from core.deadlines import COMMAND, NIGHTLY, ROLES, WEB, WORKER, database_settings, worker_deadlines_apply
 
 

@@ -8,7 +8,7 @@ from django.utils import timezone
 from core import sql
 from credits.services import BALANCE_ADD, BALANCE_CREATE, CREDIT_INSERT, award_batch
 from orders.models import Order
-from orders.services import IDEMPOTENCY_KEY_INSERT, MESSAGE_AFTER_ORDER, ORDER_INSERT, order_batch
+from orders.statements import IDEMPOTENCY_KEY_INSERT, MESSAGE_AFTER_ORDER, ORDER_INSERT, order_batch
 from outbox import statements
 from outbox.models import TransactionLog
 from outbox.services import MESSAGE_INSERT

@@ -11,7 +11,7 @@ from django.db import connections
 from django.utils import timezone
 from pyspark.sql import functions as F
 
-from analytics import extract
+from analytics import extract, jdbc
 from credits.models import DeadLetter
 from demo.seed import seed_demo_data
 from orders.models import Order
@@ -23,7 +23,7 @@ START = datetime(DAY.year, DAY.month, DAY.day, tzinfo=UTC)
 
 
 def test_the_sources_are_the_two_services_databases():
-    sources = extract.sources()
+    sources = jdbc.sources()
     assert (sources.orders.alias, sources.credits.alias) == ("default", "credits")
     assert sources.orders.url.split("?")[0].endswith("/" + connections["default"].settings_dict["NAME"])
     assert sources.credits.url.split("?")[0].endswith("/" + connections["credits"].settings_dict["NAME"])
@@ -33,7 +33,7 @@ def test_the_sources_are_the_two_services_databases():
 def test_a_replica_named_for_a_service_database_is_read_instead_of_it(settings):
     # Any alias stands in for a replica here: the orders database, as the credits database's "replica".
     settings.ANALYTICS_READ_DATABASES = {"credits": "default"}
-    sources = extract.sources()
+    sources = jdbc.sources()
     assert (sources.orders.alias, sources.credits.alias) == ("default", "default")
 
 
@@ -51,7 +51,7 @@ def test_each_read_goes_to_the_database_that_holds_its_table(spark):
         first_failed_at=now,
         last_failed_at=now,
     )
-    sources = extract.sources()
+    sources = jdbc.sources()
     ids = list(Order.objects.order_by("id").values_list("id", flat=True))
 
     plan = extract.plan_window(sources, start=START - timedelta(hours=6), end=START + timedelta(days=1, hours=6))

@@ -35,7 +35,7 @@ def test_an_interrupted_run_is_recorded_as_such_and_releases_its_lock(monkeypatc
     from django.db import connection
 
     # Fault injection: SIGTERM's exception comes out of the job, as it does from a Spark call.
-    monkeypatch.setattr(jobs, "run_nightly", interrupted_job)
+    monkeypatch.setattr(jobs, "run_stages", interrupted_job)
     with pytest.raises(runs.RunInterrupted):
         runs.nightly_run(period=Period.ending(DAY), repair=False, write=lambda line: None)
     run = NightlyRun.objects.get(date=DAY)
@@ -51,7 +51,7 @@ def test_a_failure_after_the_signal_is_still_an_interruption(monkeypatch):
         runs._interrupted.set()
         raise ConnectionRefusedError("py4j gateway gone")
 
-    monkeypatch.setattr(jobs, "run_nightly", spark_died)
+    monkeypatch.setattr(jobs, "run_stages", spark_died)
     with runs.interrupt_on_sigterm(), pytest.raises(ConnectionRefusedError):
         runs.nightly_run(period=Period.ending(DAY), repair=False, write=lambda line: None)
     assert NightlyRun.objects.get(date=DAY).status == "interrupted"
@@ -59,7 +59,7 @@ def test_a_failure_after_the_signal_is_still_an_interruption(monkeypatch):
 
 @pytest.mark.django_db
 def test_the_command_exits_75_when_interrupted(monkeypatch):
-    monkeypatch.setattr(jobs, "run_nightly", interrupted_job)
+    monkeypatch.setattr(jobs, "run_stages", interrupted_job)
     with pytest.raises(CommandError, match="interrupted") as raised:
         call_command("run_nightly_reports", "--date", str(DAY))
     assert raised.value.returncode == os.EX_TEMPFAIL == 75

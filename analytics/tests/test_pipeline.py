@@ -11,6 +11,7 @@ from django.test import Client
 from django.utils import timezone
 
 from analytics.models import NightlyRun
+from core.stats import percentile
 from credits.models import DeadLetter, OrderCredit
 from credits.services import dead_letter_record
 from credits.tests.support import place_order
@@ -28,6 +29,15 @@ def figure(body: str, element_id: str) -> str:
 
 def nearest_rank(values: list[float], fraction: float) -> float:
     return sorted(values)[math.ceil(fraction * len(values)) - 1]
+
+
+def test_percentile_is_the_nearest_rank():
+    hundred = [float(n) for n in range(1, 101)]
+    assert [percentile(hundred, p) for p in (1, 7, 50, 99, 100)] == [1.0, 7.0, 50.0, 99.0, 100.0]
+    # An even count's median is the lower middle value, never one interpolated between the two.
+    assert percentile([1.0, 2.0, 3.0, 4.0, 5.0, 6.0], 50) == 3.0
+    assert percentile([5.0], 0) == percentile([5.0], 99) == 5.0
+    assert math.isnan(percentile([], 50))
 
 
 @pytest.fixture

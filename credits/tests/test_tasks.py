@@ -48,7 +48,7 @@ def test_a_malformed_message_is_dead_lettered_at_once_and_logged_once(user, capl
     letter = DeadLetter.objects.get()
     assert (letter.reason, letter.attempts, letter.status) == ("malformed", 1, "open")
     assert letter.first_failed_at == letter.last_failed_at
-    assert len([r for r in caplog.records if r.name == "credits.tasks" and r.levelno == logging.ERROR]) == 1
+    assert len([r for r in caplog.records if r.name == "credits.dead_letters" and r.levelno == logging.ERROR]) == 1
     assert sample("creditshop_credits_dead_lettered_total", reason="malformed") == before + 1
 
 
@@ -149,9 +149,9 @@ def test_the_records_an_award_logs_carry_its_transaction_id_and_later_records_do
     caplog.handler.addFilter(TraceContextFilter())
     with caplog.at_level(logging.ERROR, logger="credits"):
         run({**payload, "order_id": "seven"})  # dead-lettered: logs an error
-    [record] = [r for r in caplog.records if r.name == "credits.tasks"]
+    [record] = [r for r in caplog.records if r.name == "credits.dead_letters"]
     assert record.transaction_id == payload["transaction_id"]
 
-    after = logging.LogRecord("credits.tasks", logging.ERROR, __file__, 0, "after the task", None, None)
+    after = logging.LogRecord("credits.dead_letters", logging.ERROR, __file__, 0, "after the task", None, None)
     TraceContextFilter().filter(after)
     assert after.transaction_id == ""

@@ -23,9 +23,10 @@ from core.contract import CREDITS_EXPIRED_QUEUE, CREDITS_QUEUE
 from core.credits_queues import consumed_queue_names
 from core.metrics import build_registry
 from credits import services
+from credits.headers import FIRST_FAILED_HEADER
 from credits.models import DeadLetter, OrderCredit
 from credits.services import ReplayOutcome
-from credits.tasks import FIRST_FAILED_HEADER, award_credits
+from credits.tasks import award_credits
 from credits.tests.support import broker_reset, place_order, publish, queue_take
 from orders.models import Order
 

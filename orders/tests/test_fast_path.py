@@ -1,4 +1,4 @@
-"""The order creation's fast path (orders.apis.order_create_fast): the DRF view's answer, header for header.
+"""The order creation's fast path (orders/fast_path.py): the DRF view's answer, header for header.
 
 Each request is answered twice, once with the fast path and once with it turned off (the DRF view alone), on the
 same database state, and the two answers must be equal but for what differs between any two orders (id,

@@ -169,12 +169,12 @@ def test_the_order_transaction_is_one_batch_without_autocommit_toggling(user):
 
 def fail_after_the_order(monkeypatch):
     """Make the server fail the order's batch right after the order's INSERT (a SIGNAL statement in between)."""
-    from orders import services
+    from orders import services, statements
 
     real = services.order_batch
 
     def order_batch(**kwargs):
-        head, sep, tail = real(**kwargs).partition(f"SET {services.ORDER_ID}")
+        head, sep, tail = real(**kwargs).partition(f"SET {statements.ORDER_ID}")
         return f"{head}SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'injected after the order';\n{sep}{tail}"
 
     monkeypatch.setattr(services, "order_batch", order_batch)
