@@ -51,8 +51,8 @@ GOODS = (
 # Orders per weekday relative to Monday, and per hour of the day: a shop is busier at weekends and in the evening.
 WEEKDAY_WEIGHTS = (1.0, 0.95, 1.0, 1.05, 1.15, 1.3, 1.2)
 HOUR_WEIGHTS = (1, 1, 1, 1, 1, 2, 3, 5, 6, 7, 7, 8, 9, 8, 7, 7, 8, 9, 10, 11, 11, 9, 5, 2)
-# Measured on the 2-core development machine: 5,000 orders (15,000 rows) per transaction is past the knee;
-# bigger batches only grow the statements (about 3 MB for the outbox rows) without loading faster.
+# 5,000 orders (15,000 rows) per transaction is past the knee: bigger batches only grow the statements (about 3 MB
+# for the outbox rows) without loading faster.
 DEFAULT_BATCH_ORDERS = 5_000
 MINUTES_PER_DAY = 24 * 60
 USERS_PER_INSERT = 5_000
