@@ -11,13 +11,15 @@ outcomes with this.
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import threading
 from collections.abc import Callable
 
 from testkit.processes import free_port
 
-COMMIT = b"COMMIT"
+# A COMMIT statement, not READ COMMITTED (every connection sets its isolation level).
+COMMIT = re.compile(rb"\bCOMMIT\b", re.IGNORECASE)
 # Where the COMMIT goes: delivered and its answer dropped, or dropped itself.
 ANSWER_LOST, COMMIT_LOST = "answer lost", "commit lost"
 
@@ -57,7 +59,7 @@ class LostAnswerProxy:
 
     def _take(self, data: bytes) -> tuple[str, Callable[[], None]] | None:
         with self._lock:
-            if self._armed is None or COMMIT not in data.upper():
+            if self._armed is None or not COMMIT.search(data):
                 return None
             armed, self._armed = self._armed, None
             return armed
@@ -103,12 +105,17 @@ class LostAnswerProxy:
             _close(client, server)
 
     def _answers(self, pair: _Pair) -> None:
+        swallowed = b""
         try:
             while data := pair.server.recv(65536):
-                if pair.swallow:
-                    pair.answered.set()
+                if not pair.swallow:
+                    pair.client.sendall(data)
+                    continue
+                # A batch is answered statement by statement: the answer is whole once its last result came (the
+                # server goes on with a batch only while its connection is open).
+                swallowed += data
+                if answer_complete(swallowed):
                     return
-                pair.client.sendall(data)
         except OSError:
             pass
         finally:
@@ -123,6 +130,39 @@ class _Pair:
         # Set before a COMMIT is forwarded whose answer is to be dropped; `answered` once it came (or never will).
         self.swallow = False
         self.answered = threading.Event()
+
+
+SERVER_MORE_RESULTS_EXISTS = 0x0008
+
+
+def _length_encoded(payload: bytes, at: int) -> tuple[int, int]:
+    """Return a length-encoded integer of the MySQL protocol at `at`, and where the next field begins."""
+    first = payload[at]
+    if first < 0xFB:
+        return first, at + 1
+    size = {0xFC: 2, 0xFD: 3, 0xFE: 8}[first]
+    return int.from_bytes(payload[at + 1 : at + 1 + size], "little"), at + 1 + size
+
+
+def answer_complete(data: bytes) -> bool:
+    """Return whether `data`, the server's packets answering one statement or batch of statements without result
+    sets, ends with its last OK packet (no more results announced) or an error packet."""
+    at = 0
+    while at + 4 <= len(data):
+        length = int.from_bytes(data[at : at + 3], "little")
+        payload = data[at + 4 : at + 4 + length]
+        if len(payload) < length:
+            return False
+        at += 4 + length
+        if payload[:1] == b"\xff":
+            return True
+        if payload[:1] == b"\x00":
+            _, after = _length_encoded(payload, 1)
+            _, after = _length_encoded(payload, after)
+            status = int.from_bytes(payload[after : after + 2], "little")
+            if not status & SERVER_MORE_RESULTS_EXISTS:
+                return True
+    return False
 
 
 def _close(*sockets: socket.socket) -> None:
