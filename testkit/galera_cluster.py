@@ -2,6 +2,7 @@
 
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -122,8 +123,14 @@ class GaleraCluster:
                 members.add(node)
         return members
 
-    def ensure_whole(self) -> None:
-        """Start any node a test left stopped, so the next test finds three Synced members."""
+    def ensure_whole(self, *, timeout: float = 60) -> None:
+        """Start any node a test left stopped and wait until all three are Synced members of the primary component
+        (a node a test cut off may still be rejoining), so the next test finds the cluster whole."""
         for node in NODES:
             if not self.running(node):
                 self.start_node(node)
+        deadline = time.monotonic() + timeout
+        while self.primary_members() != set(NODES):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the cluster is not whole after {timeout:.0f}s:\n{self.status()}")
+            time.sleep(0.5)

@@ -1,4 +1,4 @@
-"""Fixtures for the Galera suite: one three-node cluster per module (scripts/mariadb_cluster.sh, fixed ports), both
+"""Fixtures for the Galera suite: one three-node cluster for the package (scripts/mariadb_cluster.sh, fixed ports), both
 services' test databases migrated on it, and the test's connections pointed at its writer endpoint.
 """
 
@@ -45,9 +45,10 @@ def databases_on(cluster: GaleraCluster):
             connections[alias].settings_dict.update(saved[alias])
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="package")
 def galera(django_db_setup, django_db_blocker):
-    """A three-node cluster for the module, both services' test databases migrated on it (DDL replicated by TOI)."""
+    """A three-node cluster shared by the package's modules (its start and the migrations take about 15 s), both
+    services' test databases migrated on it (DDL replicated by TOI)."""
     drop_leftover_rules()
     cluster = GaleraCluster(cluster_directory())
     try:
