@@ -252,7 +252,7 @@ status() {
       echo "gal$n: running (pid $(node_pid "$dir" "$n")), not answering"
       continue
     fi
-    read -r cluster size state ready <<<"$line"
+    IFS=$'\t' read -r cluster size state ready <<<"$line"
     echo "gal$n: $cluster, $state, wsrep_ready=$ready, component of $size"
     [ "$cluster" = Primary ] && [ "$size" -gt "$primary" ] && primary=$size
   done
