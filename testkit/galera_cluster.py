@@ -14,6 +14,8 @@ from testkit.silence import SilentHost
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "mariadb_cluster.sh"
 NODES = (1, 2, 3)
+# The cluster's ports are fixed: under pytest-xdist every test using it runs in this one group, on one worker.
+GALERA_CLUSTER_GROUP = "galera-cluster"
 
 
 def cluster_directory() -> Path:

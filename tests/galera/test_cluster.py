@@ -6,9 +6,10 @@ import time
 import MySQLdb
 import pytest
 
+from testkit.galera_cluster import GALERA_CLUSTER_GROUP
 from testkit.silence import iptables_available
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(GALERA_CLUSTER_GROUP)]
 
 ER_LOCK_DEADLOCK = 1213
 ER_UNKNOWN_COM_ERROR = 1047  # what a node outside the primary component answers: "WSREP has not yet prepared node"

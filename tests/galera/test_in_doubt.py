@@ -18,9 +18,10 @@ from credits.services import credit_award, credit_balance_ensure
 from orders.models import Order
 from outbox.ids import new_transaction_id
 from outbox.models import TransactionLog
+from testkit.galera_cluster import GALERA_CLUSTER_GROUP
 from testkit.lost_answer import ANSWER_LOST, COMMIT_LOST, LostAnswerProxy
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.xdist_group(GALERA_CLUSTER_GROUP)]
 
 FAILOVER_SECONDS = 15
 
