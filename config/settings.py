@@ -87,6 +87,12 @@ TEMPLATES = [
 def _mariadb(url_variable: str, default_url: str) -> dict:
     """Return a DATABASES entry for one service's MariaDB/MySQL database, read from its URL variable."""
     database = env_database(url_variable, default_url)
+    session = "SET sql_mode='STRICT_TRANS_TABLES,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION', time_zone='+00:00'"
+    # On a Galera cluster (docs/OPERATIONS.md, "A Galera cluster") reads, and transactions' first statements, wait
+    # until the node has applied every write set the cluster committed before them (1: wsrep_sync_wait's READ), so a
+    # writer the endpoint just failed over to never answers from rows older than what a client was already told.
+    if sync_wait := env_int("DATABASE_WSREP_SYNC_WAIT", 0, minimum=0, maximum=15):
+        session += f", wsrep_sync_wait={sync_wait}"
     database.update(
         {
             # Django's MySQL backend with a health check that makes no round trip (core/mysql/base.py).
@@ -99,9 +105,7 @@ def _mariadb(url_variable: str, default_url: str) -> dict:
                 "charset": "utf8mb4",
                 # READ COMMITTED: no gap locks, so concurrent inserts and SKIP LOCKED claims do not block each other.
                 "isolation_level": "read committed",
-                "init_command": (
-                    "SET sql_mode='STRICT_TRANS_TABLES,NO_ZERO_DATE,NO_ENGINE_SUBSTITUTION', time_zone='+00:00'"
-                ),
+                "init_command": session,
             },
             "TEST": {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"},
         }

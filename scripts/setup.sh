@@ -46,8 +46,10 @@ if [ "$VERBOSE" = 1 ]; then QUIET=(); DJANGO_VERBOSITY=1; else QUIET=(-q); DJANG
 # prometheus (promtool and the server) and prometheus-alertmanager (amtool): deploy/prometheus/ is checked and its
 # alerts are tested on a real Prometheus (tests/test_prometheus_rules.py, tests/reliability/test_prometheus.py).
 # systemd (systemd-analyze): tests/test_systemd_units.py verifies deploy/systemd/ offline; container images lack it.
+# galera-4, rsync, haproxy and socat: scripts/mariadb_cluster.sh's three-node Galera cluster (replication, its state
+# transfers, the writer endpoint, and the endpoint's admin socket).
 packages=(libmariadb-dev pkg-config libmariadb-java openjdk-17-jre-headless python3-venv python3-dev build-essential
-  chromium chromium-driver prometheus prometheus-alertmanager wrk iproute2 iptables systemd)
+  chromium chromium-driver prometheus prometheus-alertmanager wrk iproute2 iptables systemd galera-4 rsync haproxy socat)
 command -v mariadbd >/dev/null 2>&1 || [ -x /usr/sbin/mariadbd ] || packages+=(mariadb-server)
 command -v rabbitmq-server >/dev/null 2>&1 || [ -x /usr/sbin/rabbitmq-server ] || packages+=(rabbitmq-server)
 command -v redis-server >/dev/null 2>&1 || packages+=(redis-server)

@@ -13,6 +13,7 @@ open resume where they were, as after a real partition.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import os
 import re
 import shutil
@@ -183,3 +184,41 @@ class SilentLink:
                 self._sockets -= {src, dst}
             for sock in (src, dst):
                 sock.close()
+
+
+class SilentHost:
+    """A machine cut off by its network: every packet to and from one loopback address dropped, telling no one.
+
+    For a server that has an address of its own on the loopback (a Galera node of scripts/mariadb_cluster.sh, on
+    127.0.3.N): it goes silent to its peers and its clients at once, connections it opened included, which a port
+    cannot say. The rules carry the same tag as a SilentLink's, so drop_leftover_rules() lifts those of a dead run.
+    """
+
+    def __init__(self, address: str):
+        self.address = address
+        self.silent = False
+
+    def _rules(self) -> list[list[str]]:
+        tag = f"{RULE_TAG}-{int(ipaddress.ip_address(self.address))}-pid{os.getpid()}"
+        comment = ["-m", "comment", "--comment", tag]
+        return [
+            ["INPUT", "-i", "lo", "-d", self.address, *comment, "-j", "DROP"],
+            ["INPUT", "-i", "lo", "-s", self.address, *comment, "-j", "DROP"],
+        ]
+
+    def silence(self) -> None:
+        """Drop every packet to and from the address."""
+        if self.silent:
+            return
+        for rule in self._rules():
+            _iptables("-I", *rule).check_returncode()
+        self.silent = True
+
+    def heal(self) -> None:
+        """Let the packets through again (no-op when not silent)."""
+        if not self.silent:
+            return
+        for rule in self._rules():
+            while _iptables("-D", *rule).returncode == 0:
+                pass
+        self.silent = False

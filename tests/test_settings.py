@@ -41,6 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
         ("CELERY_TASK_TIME_LIMIT", "300"),  # not above the soft limit (300 by default)
         ("ANALYTICS_ORDERS_READ_URL", "postgres://replica/creditshop"),
         ("ANALYTICS_CREDITS_READ_URL", "mysql://root:@replica:3306"),
+        ("DATABASE_WSREP_SYNC_WAIT", "16"),
+        ("DATABASE_WSREP_SYNC_WAIT", "reads"),
     ],
 )
 def test_bad_value_fails_start_up_naming_the_variable(name, value):
@@ -85,6 +87,29 @@ def test_a_read_url_adds_a_replica_alias_the_nightly_job_reads_from():
         "creditshop_credits",
         "credits",
     ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("value", "expected"), [("", False), ("0", False), ("1", True)])
+def test_wsrep_sync_wait_joins_every_connections_session_settings_only_when_set(value, expected):
+    show = (
+        "import django; from django.conf import settings;"
+        "print(*(settings.DATABASES[alias]['OPTIONS']['init_command'] for alias in ('default', 'credits')), sep='\\n')"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", show],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "config.settings", "DATABASE_WSREP_SYNC_WAIT": value},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert result.returncode == 0, result.stderr
+    commands = result.stdout.splitlines()
+    assert len(commands) == 2
+    assert all(("wsrep_sync_wait=1" in command) is expected for command in commands)
+    assert all(command.startswith("SET sql_mode=") for command in commands)
 
 
 @pytest.mark.parametrize(("raw", "expected"), [("1", True), ("YES", True), ("off", False), ("", True)])

@@ -1,0 +1,333 @@
+#!/usr/bin/env bash
+# A three-node MariaDB Galera cluster on one machine, beside the system server, with one writer endpoint in front.
+#
+#   scripts/mariadb_cluster.sh start DIR          start gal1..gal3 and the endpoint (prints the endpoint's DATABASE_URL)
+#   scripts/mariadb_cluster.sh stop DIR           stop the endpoint, then every node gracefully (SIGTERM by pid)
+#   scripts/mariadb_cluster.sh status DIR         how many nodes the primary component has, and each node's state
+#   scripts/mariadb_cluster.sh database-url DIR   the endpoint's DATABASE_URL (database GALERA_CLUSTER_DATABASE)
+#   scripts/mariadb_cluster.sh start-node DIR N   start node N (1..3) and wait until it is Synced; it rejoins by itself
+#   scripts/mariadb_cluster.sh kill-node DIR N    SIGKILL node N: a crash, no goodbye to the cluster
+#   scripts/mariadb_cluster.sh stop-node DIR N    SIGTERM node N: a graceful stop (it leaves the cluster first)
+#   scripts/mariadb_cluster.sh pid DIR N          mariadbd's pid of node N
+#   scripts/mariadb_cluster.sh writer DIR         the node the endpoint sends connections to now
+#   scripts/mariadb_cluster.sh node-url DIR N     a DATABASE_URL naming node N itself (reads beside the writer)
+#   scripts/mariadb_cluster.sh bootstrap-node DIR N  make running node N's component primary: only when the nodes
+#                                                 it does not see are known to be down, never during a partition
+#
+# Node N listens on its own loopback address ADDRESS_PREFIX.N (127.0.3.N) so that one node can be cut off from the
+# others and from its clients by address (testkit/silence.py), with MySQL on BASE_PORT+N (3401..3403), Galera
+# replication on GALERA_BASE_PORT+N (4561..4563), incremental state transfer on IST_BASE_PORT+N (4571..4573) and full
+# state transfer on SST_BASE_PORT+N (4581..4583); its config, data and log under DIR/galN.
+#
+# The endpoint is haproxy on 127.0.0.1:ENDPOINT_PORT (3410). It sends every connection to one node at a time, so the
+# cluster has a single writer: it keeps to that node (a one-entry stick table) for as long as its health check passes,
+# and moves to the first healthy node when it fails, closing the connections left on the failed one. The health check
+# reads the node's Galera state, not its port: scripts/galera_health.py answers on CHECK_BASE_PORT+N (3421..3423) with
+# 200 only while node N is Synced and wsrep_ready. Full state transfers use rsync (wsrep_sst_method), the method
+# Debian's packages carry with nothing more to install (mariabackup needs the mariadb-backup package; production should
+# use it, since an rsync donor blocks its writes for the copy).
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ADDRESS_PREFIX=${GALERA_CLUSTER_ADDRESS_PREFIX:-127.0.3}
+BASE_PORT=${GALERA_CLUSTER_BASE_PORT:-3400}
+GALERA_BASE_PORT=${GALERA_CLUSTER_GALERA_BASE_PORT:-4560}
+IST_BASE_PORT=${GALERA_CLUSTER_IST_BASE_PORT:-4570}
+SST_BASE_PORT=${GALERA_CLUSTER_SST_BASE_PORT:-4580}
+CHECK_BASE_PORT=${GALERA_CLUSTER_CHECK_BASE_PORT:-3420}
+ENDPOINT_PORT=${GALERA_CLUSTER_ENDPOINT_PORT:-3410}
+DATABASE=${GALERA_CLUSTER_DATABASE:-creditshop}
+START_TIMEOUT=${GALERA_CLUSTER_START_TIMEOUT:-120}
+PYTHON=${GALERA_CLUSTER_PYTHON:-$ROOT/.venv/bin/python}
+GALERA_PROVIDER=${GALERA_PROVIDER:-/usr/lib/galera/libgalera_smm.so}
+# Started by root, a node runs as this user, as the system server does: rsync's state transfer daemon, run by root,
+# would drop to "nobody" and fail to write the joiner's data directory.
+RUN_AS=${GALERA_CLUSTER_USER:-mysql}
+NODES=(1 2 3)
+
+usage() { sed -n '2,14p' "$0" >&2; exit 2; }
+
+address() { echo "$ADDRESS_PREFIX.$1"; }
+
+cluster_address() {
+  local members=()
+  for n in "${NODES[@]}"; do members+=("$(address "$n"):$((GALERA_BASE_PORT + n))"); done
+  (IFS=,; echo "gcomm://${members[*]}")
+}
+
+write_node_config() {
+  local dir=$1 n=$2 node_dir="$1/gal$2" ip
+  ip=$(address "$n")
+  mkdir -p "$node_dir"
+  cat >"$node_dir/my.cnf" <<EOF
+[mysqld]
+datadir=$node_dir/data
+bind-address=$ip
+port=$((BASE_PORT + n))
+socket=$node_dir/mysqld.sock
+pid-file=$node_dir/mysqld.pid
+log-error=$node_dir/error.log
+$([ "$(id -u)" -eq 0 ] && echo "user=$RUN_AS")
+skip-name-resolve
+character-set-server=utf8mb4
+collation-server=utf8mb4_unicode_ci
+# Small, because the machine is shared: a test's tables fit many times over.
+innodb-buffer-pool-size=64M
+innodb-log-file-size=32M
+max-connections=300
+# What Galera requires: row-based write sets, InnoDB, and interleaved auto-increment locks (no table lock per insert).
+binlog_format=ROW
+default_storage_engine=InnoDB
+innodb_autoinc_lock_mode=2
+wsrep_on=ON
+wsrep_provider=$GALERA_PROVIDER
+wsrep_cluster_name=creditshop
+wsrep_cluster_address=$(cluster_address)
+wsrep_node_name=gal$n
+wsrep_node_address=$ip:$((GALERA_BASE_PORT + n))
+wsrep_node_incoming_address=$ip:$((BASE_PORT + n))
+wsrep_sst_method=rsync
+wsrep_sst_receive_address=$ip:$((SST_BASE_PORT + n))
+# The failure detector's timeouts decide how long writes wait when a node vanishes without a goodbye (SIGKILL, a
+# silent network): the survivors suspect it after evs.suspect_timeout without a packet and form a new primary
+# component without it. 3 s keeps a writer's failover inside the web's 5 s answer; the defaults (5 s, 15 s) are for
+# networks that hiccup. gcache keeps enough write sets for a node back within minutes to catch up by IST, not SST.
+# pc.recovery lets nodes that all crashed form their primary component again by themselves from gvwstate.dat.
+wsrep_provider_options="gmcast.listen_addr=tcp://$ip:$((GALERA_BASE_PORT + n));ist.recv_addr=$ip:$((IST_BASE_PORT + n));gcache.size=128M;evs.keepalive_period=PT1S;evs.suspect_timeout=PT3S;evs.inactive_check_period=PT1S;evs.inactive_timeout=PT6S;evs.install_timeout=PT6S;pc.recovery=TRUE"
+EOF
+}
+
+write_endpoint_config() {
+  local dir=$1
+  {
+    cat <<EOF
+global
+  pidfile $dir/haproxy.pid
+  stats socket $dir/haproxy.sock mode 600 level admin
+  maxconn 4000
+
+defaults
+  mode tcp
+  timeout connect 1s
+  # Idle connections are kept as long as the service's persistent ones (CONN_MAX_AGE) may wait between uses.
+  timeout client 30m
+  timeout server 30m
+  timeout check 1500ms
+
+# One writer at a time: connections go to the node in the single-entry stick table while it is up; "balance first"
+# picks the lowest-numbered healthy node when it is not. A node that comes back does not take the writes back (that
+# would leave two nodes writing while older connections drain); only a failure moves them.
+listen writer
+  bind 127.0.0.1:$ENDPOINT_PORT
+  balance first
+  stick-table type integer size 1
+  stick on int(1)
+  option httpchk GET /
+  default-server check inter 500ms fall 2 rise 2 on-marked-down shutdown-sessions
+EOF
+    for n in "${NODES[@]}"; do
+      echo "  server gal$n $(address "$n"):$((BASE_PORT + n)) id $n addr 127.0.0.1 port $((CHECK_BASE_PORT + n))"
+    done
+  } >"$dir/haproxy.cfg"
+}
+
+prepare() {
+  local dir=$1
+  for n in "${NODES[@]}"; do write_node_config "$dir" "$n"; done
+  write_endpoint_config "$dir"
+}
+
+pid_of() {
+  local pid
+  pid=$(cat "$1" 2>/dev/null) && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && echo "$pid"
+}
+
+node_pid() { pid_of "$1/gal$2/mysqld.pid" || pid_of "$1/gal$2/launcher.pid"; }
+
+node_sql() {
+  local n=$1
+  shift
+  timeout 5 mysql --no-defaults -uroot -h"$(address "$n")" -P$((BASE_PORT + n)) --connect-timeout=2 -N -B -e "$@"
+}
+
+node_status() { node_sql "$1" "SHOW GLOBAL STATUS LIKE '$2'" 2>/dev/null | awk '{print $2}'; }
+
+# Whether node N's data directory holds a cluster state it may start a new primary component from.
+safe_to_bootstrap() { grep -q '^safe_to_bootstrap: *1' "$1/gal$2/data/grastate.dat" 2>/dev/null; }
+
+start_node() {
+  local dir=$1 n=$2 bootstrap=${3:-} node_dir="$1/gal$2"
+  if node_pid "$dir" "$n" >/dev/null; then
+    echo "gal$n already running (pid $(node_pid "$dir" "$n"))"
+    return
+  fi
+  mkdir -p "$node_dir/data"
+  if [ -n "$bootstrap" ] && [ ! -d "$node_dir/data/mysql" ]; then
+    mariadb-install-db --no-defaults --datadir="$node_dir/data" --auth-root-authentication-method=normal \
+      --skip-test-db $([ "$(id -u)" -eq 0 ] && echo "--user=$RUN_AS") >"$node_dir/install.log" 2>&1 \
+      || { echo "gal$n: mariadb-install-db failed; see $node_dir/install.log" >&2; exit 1; }
+  fi
+  rm -f "$node_dir/mysqld.pid"
+  [ "$(id -u)" -eq 0 ] && chown -R "$RUN_AS:" "$node_dir"
+  setsid mariadbd --defaults-file="$node_dir/my.cnf" ${bootstrap:+--wsrep-new-cluster} \
+    >>"$node_dir/stdout.log" 2>&1 </dev/null &
+  echo $! >"$node_dir/launcher.pid"
+}
+
+await_node() {
+  local dir=$1 n=$2 state
+  for _ in $(seq $((START_TIMEOUT * 2))); do
+    if ! node_pid "$dir" "$n" >/dev/null; then
+      echo "gal$n exited while starting:" >&2
+      tail -n 5 "$dir/gal$n/error.log" >&2
+      exit 1
+    fi
+    state=$(node_status "$n" wsrep_local_state || true)
+    [ "$state" = 4 ] && { echo "gal$n synced (pid $(node_pid "$dir" "$n"), port $((BASE_PORT + n)))"; return; }
+    sleep 0.5
+  done
+  echo "gal$n not Synced within ${START_TIMEOUT}s (state ${state:-none}); see $dir/gal$n/error.log" >&2
+  exit 1
+}
+
+start_endpoint() {
+  local dir=$1 checks=()
+  if ! pid_of "$dir/health.pid" >/dev/null; then
+    for n in "${NODES[@]}"; do checks+=("$(address "$n"):$((BASE_PORT + n)):$((CHECK_BASE_PORT + n))"); done
+    setsid "$PYTHON" "$ROOT/scripts/galera_health.py" 127.0.0.1 "${checks[@]}" >>"$dir/health.log" 2>&1 </dev/null &
+    echo $! >"$dir/health.pid"
+  fi
+  if ! pid_of "$dir/haproxy.pid" >/dev/null; then
+    haproxy -D -f "$dir/haproxy.cfg" >>"$dir/haproxy.log" 2>&1 || { echo "haproxy failed; see $dir/haproxy.log" >&2; exit 1; }
+  fi
+  for _ in $(seq 40); do
+    [ -n "$(writer "$dir")" ] && { echo "endpoint up on 127.0.0.1:$ENDPOINT_PORT, writing to gal$(writer "$dir")"; return; }
+    sleep 0.25
+  done
+  echo "the endpoint found no healthy node; see $dir/health.log" >&2
+  exit 1
+}
+
+haproxy_command() { echo "$2" | socat -t 2 - "UNIX-CONNECT:$1/haproxy.sock"; }
+
+# The node the endpoint sends new connections to: the one in its stick table while that one is up, else the first up.
+writer() {
+  local dir=$1 up stuck
+  up=$(haproxy_command "$dir" "show servers state writer" 2>/dev/null \
+    | awk '$1 ~ /^[0-9]+$/ && $6 == 2 {print $3}') || return 0
+  stuck=$(haproxy_command "$dir" "show table writer" 2>/dev/null | sed -n 's/.*server_id=\([0-9]*\).*/\1/p')
+  if [ -n "$stuck" ] && grep -qx "$stuck" <<<"$up"; then echo "$stuck"; else head -n 1 <<<"$up"; fi
+}
+
+database_url() { echo "mysql://root:@127.0.0.1:$ENDPOINT_PORT/$DATABASE"; }
+
+signal_pid() {
+  local name=$1 pid=$2 signal=$3
+  kill "-$signal" "$pid"
+  for _ in $(seq 240); do kill -0 "$pid" 2>/dev/null || { echo "$name stopped ($signal)"; return 0; }; sleep 0.5; done
+  echo "$name (pid $pid) still running after SIG$signal" >&2
+  return 1
+}
+
+signal_node() {
+  local dir=$1 n=$2 signal=$3 pid
+  pid=$(node_pid "$dir" "$n") || { echo "gal$n is not running"; return 0; }
+  signal_pid "gal$n" "$pid" "$signal"
+}
+
+status() {
+  local dir=$1 n size primary=0
+  for n in "${NODES[@]}"; do
+    if ! node_pid "$dir" "$n" >/dev/null; then
+      echo "gal$n: not running"
+      continue
+    fi
+    local line
+    line=$(node_sql "$n" "SELECT MAX(IF(VARIABLE_NAME='WSREP_CLUSTER_STATUS', VARIABLE_VALUE, NULL)),
+      MAX(IF(VARIABLE_NAME='WSREP_CLUSTER_SIZE', VARIABLE_VALUE, NULL)),
+      MAX(IF(VARIABLE_NAME='WSREP_LOCAL_STATE_COMMENT', VARIABLE_VALUE, NULL)),
+      MAX(IF(VARIABLE_NAME='WSREP_READY', VARIABLE_VALUE, NULL))
+      FROM information_schema.GLOBAL_STATUS" 2>/dev/null) || line=""
+    if [ -z "$line" ]; then
+      echo "gal$n: running (pid $(node_pid "$dir" "$n")), not answering"
+      continue
+    fi
+    IFS=$'\t' read -r cluster size state ready <<<"$line"
+    echo "gal$n: $cluster, $state, wsrep_ready=$ready, component of $size"
+    [ "$cluster" = Primary ] && [ "$size" -gt "$primary" ] && primary=$size
+  done
+  echo "primary component: $primary of ${#NODES[@]} nodes"
+  local current=""
+  [ -S "$dir/haproxy.sock" ] && current=$(writer "$dir")
+  echo "writer: ${current:+gal}${current:-none}"
+}
+
+command=${1:-}
+dir=${2:-}
+[ -n "$command" ] && [ -n "$dir" ] || usage
+dir=$(mkdir -p "$dir" && cd "$dir" && pwd)
+if [ "$(id -u)" -eq 0 ] && ! runuser -u "$RUN_AS" -- test -x "$dir"; then
+  echo "$RUN_AS cannot reach $dir (a parent directory is private): choose a directory it can traverse" >&2
+  exit 1
+fi
+
+case "$command" in
+  start)
+    prepare "$dir"
+    running=()
+    for n in "${NODES[@]}"; do node_pid "$dir" "$n" >/dev/null && running+=("$n"); done
+    if [ ${#running[@]} -eq 0 ]; then
+      # A new primary component starts from one node: a fresh cluster's first, or the node that left last (the
+      # only one marked safe to bootstrap). After every node crashed none is marked: they start together and form
+      # their component again from their saved view (pc.recovery).
+      first=""
+      [ -d "$dir/gal1/data/mysql" ] || first=1
+      for n in "${NODES[@]}"; do [ -z "$first" ] && safe_to_bootstrap "$dir" "$n" && first=$n; done
+      if [ -n "$first" ]; then
+        start_node "$dir" "$first" bootstrap
+        await_node "$dir" "$first"
+      else
+        for n in "${NODES[@]}"; do start_node "$dir" "$n"; done
+      fi
+    fi
+    # One joiner at a time: each may need a full state transfer from a donor.
+    for n in "${NODES[@]}"; do
+      node_pid "$dir" "$n" >/dev/null && [ "$n" = "${first:-}" ] && continue
+      start_node "$dir" "$n"
+      await_node "$dir" "$n"
+    done
+    start_endpoint "$dir"
+    database_url
+    ;;
+  stop)
+    for name in haproxy health; do
+      pid=$(pid_of "$dir/$name.pid") && signal_pid "$name" "$pid" TERM
+    done
+    # One at a time, the first node last: the last to leave is the one marked safe to start the cluster again.
+    for n in 3 2 1; do signal_node "$dir" "$n" TERM; done
+    ;;
+  status) status "$dir" ;;
+  database-url) database_url ;;
+  start-node)
+    n=${3:?node number}
+    write_node_config "$dir" "$n"
+    others=0
+    for m in "${NODES[@]}"; do [ "$m" != "$n" ] && node_pid "$dir" "$m" >/dev/null && others=1; done
+    if [ "$others" = 0 ] && safe_to_bootstrap "$dir" "$n"; then start_node "$dir" "$n" bootstrap; else start_node "$dir" "$n"; fi
+    await_node "$dir" "$n"
+    ;;
+  kill-node) signal_node "$dir" "${3:?node number}" KILL ;;
+  stop-node) signal_node "$dir" "${3:?node number}" TERM ;;
+  pid) node_pid "$dir" "${3:?node number}" ;;
+  writer) w=$(writer "$dir"); [ -n "$w" ] || { echo "no healthy node" >&2; exit 1; }; echo "$w" ;;
+  bootstrap-node)
+    # Nodes that crashed leave the survivors' component without a majority of the last primary one, and it stays
+    # non-primary (refusing writes) even when one of them comes back: only all of them returning restores it by
+    # itself. The operator who knows the missing nodes are down, not cut off, tells a survivor to go on alone.
+    n=${3:?node number}
+    node_sql "$n" "SET GLOBAL wsrep_provider_options='pc.bootstrap=YES'"
+    echo "gal$n: $(node_status "$n" wsrep_cluster_status)"
+    ;;
+  node-url) n=${3:?node number}; echo "mysql://root:@$(address "$n"):$((BASE_PORT + n))/$DATABASE" ;;
+  *) usage ;;
+esac

@@ -1,0 +1,138 @@
+"""A three-node MariaDB Galera cluster for the tests, driven through scripts/mariadb_cluster.sh (the recipe)."""
+
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import MySQLdb
+
+from testkit.silence import SilentHost
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "scripts" / "mariadb_cluster.sh"
+NODES = (1, 2, 3)
+# The cluster's ports are fixed: under pytest-xdist every test using it runs in this one group, on one worker.
+GALERA_CLUSTER_GROUP = "galera-cluster"
+
+
+def cluster_directory() -> Path:
+    """Return a new directory for a cluster's files that the database's own user can reach (pytest's are private)."""
+    directory = Path(tempfile.mkdtemp(prefix="creditshop-galera-"))
+    directory.chmod(0o755)
+    return directory
+
+
+@dataclass
+class GaleraCluster:
+    """Nodes gal1..gal3 and the writer endpoint, their files under `directory`; each node started and signalled by the
+    script."""
+
+    directory: Path
+
+    def run(self, *args: str, timeout: float = 300) -> str:
+        result = subprocess.run(
+            [str(SCRIPT), args[0], str(self.directory), *args[1:]],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"mariadb_cluster.sh {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
+        return result.stdout
+
+    def start(self) -> str:
+        """Start the nodes and the endpoint; return the endpoint's DATABASE_URL."""
+        return self.run("start").strip().splitlines()[-1]
+
+    def stop(self) -> None:
+        self.run("stop")
+
+    @property
+    def endpoint(self) -> tuple[str, int]:
+        parts = urlsplit(self.run("database-url").strip())
+        return parts.hostname, parts.port
+
+    def node_address(self, node: int) -> tuple[str, int]:
+        parts = urlsplit(self.run("node-url", str(node)).strip())
+        return parts.hostname, parts.port
+
+    def start_node(self, node: int) -> None:
+        self.run("start-node", str(node))
+
+    def kill_node(self, node: int) -> None:
+        self.run("kill-node", str(node))
+
+    def stop_node(self, node: int) -> None:
+        self.run("stop-node", str(node))
+
+    def bootstrap_node(self, node: int) -> None:
+        self.run("bootstrap-node", str(node))
+
+    def running(self, node: int) -> bool:
+        return subprocess.run([str(SCRIPT), "pid", str(self.directory), str(node)], capture_output=True).returncode == 0
+
+    def writer(self) -> int | None:
+        """Return the node the endpoint sends connections to now, or None when no node is healthy."""
+        result = subprocess.run([str(SCRIPT), "writer", str(self.directory)], capture_output=True, text=True)
+        return int(result.stdout) if result.returncode == 0 else None
+
+    def status(self) -> str:
+        return self.run("status")
+
+    def silent_host(self, node: int) -> SilentHost:
+        """Return the fault that cuts node N off from its peers and its clients (its own loopback address)."""
+        return SilentHost(self.node_address(node)[0])
+
+    def connect(self, node: int | None = None, *, database: str = "", timeout: int = 3) -> MySQLdb.Connection:
+        """Return a root connection to one node, or through the endpoint (node None), with short deadlines."""
+        host, port = self.endpoint if node is None else self.node_address(node)
+        return MySQLdb.connect(
+            host=host,
+            port=port,
+            user="root",
+            password="",
+            database=database,
+            connect_timeout=timeout,
+            read_timeout=timeout,
+            write_timeout=timeout,
+            autocommit=True,
+        )
+
+    def node_state(self, node: int) -> dict[str, str]:
+        """Return node N's Galera status variables (wsrep_*), or {} when it does not answer."""
+        try:
+            connection = self.connect(node, timeout=2)
+        except MySQLdb.Error:
+            return {}
+        try:
+            cursor = connection.cursor()
+            cursor.execute("SHOW GLOBAL STATUS LIKE 'wsrep%%'")
+            return dict(cursor.fetchall())
+        except MySQLdb.Error:
+            return {}
+        finally:
+            connection.close()
+
+    def primary_members(self) -> set[int]:
+        """Return the nodes that answer and are Synced members of a primary component."""
+        members = set()
+        for node in NODES:
+            state = self.node_state(node)
+            if state.get("wsrep_cluster_status") == "Primary" and state.get("wsrep_local_state") == "4":
+                members.add(node)
+        return members
+
+    def ensure_whole(self, *, timeout: float = 60) -> None:
+        """Start any node a test left stopped and wait until all three are Synced members of the primary component
+        (a node a test cut off may still be rejoining), so the next test finds the cluster whole."""
+        for node in NODES:
+            if not self.running(node):
+                self.start_node(node)
+        deadline = time.monotonic() + timeout
+        while self.primary_members() != set(NODES):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the cluster is not whole after {timeout:.0f}s:\n{self.status()}")
+            time.sleep(0.5)

@@ -1,0 +1,90 @@
+"""Fixtures for the Galera suite: one three-node cluster for the package (scripts/mariadb_cluster.sh, fixed ports), both
+services' test databases migrated on it, and the test's connections pointed at its writer endpoint.
+"""
+
+import contextlib
+import shutil
+import uuid
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.core.management import call_command
+from django.db import connections
+
+from core.deadlines import INIT_COMMAND_KEY
+from testkit.galera_cluster import GaleraCluster, cluster_directory
+from testkit.silence import drop_leftover_rules
+
+ALIASES = ("default", "credits")
+# Every connection of the tests and of the processes they start reads what the cluster committed before
+# (config/settings.py, DATABASE_WSREP_SYNC_WAIT).
+SYNC_WAIT = 1
+
+
+@contextlib.contextmanager
+def databases_on(cluster: GaleraCluster):
+    """Point both aliases of this process at the same database names behind the cluster's endpoint, for a while."""
+    host, port = cluster.endpoint
+    saved = {}
+    for alias in ALIASES:
+        connection = connections[alias]
+        settings_dict = connection.settings_dict
+        saved[alias] = {key: settings_dict[key] for key in ("HOST", "PORT", "USER", "PASSWORD", INIT_COMMAND_KEY)}
+        saved[alias]["OPTIONS"] = dict(settings_dict["OPTIONS"])
+        connection.close()
+        base = settings_dict[INIT_COMMAND_KEY]
+        settings_dict[INIT_COMMAND_KEY] = f"{base}, wsrep_sync_wait={SYNC_WAIT}"
+        init_command = settings_dict["OPTIONS"]["init_command"].replace(base, settings_dict[INIT_COMMAND_KEY], 1)
+        settings_dict["OPTIONS"] = {**settings_dict["OPTIONS"], "init_command": init_command}
+        settings_dict.update(HOST=host, PORT=str(port), USER="root", PASSWORD="")
+    try:
+        yield
+    finally:
+        for alias in ALIASES:
+            connections[alias].close()
+            connections[alias].settings_dict.update(saved[alias])
+
+
+@pytest.fixture(scope="package")
+def galera(django_db_setup, django_db_blocker):
+    """A three-node cluster shared by the package's modules (its start and the migrations take about 15 s), both
+    services' test databases migrated on it (DDL replicated by TOI)."""
+    drop_leftover_rules()
+    cluster = GaleraCluster(cluster_directory())
+    try:
+        cluster.start()
+        server = cluster.connect()
+        for alias in ALIASES:
+            name = connections[alias].settings_dict["NAME"]
+            server.cursor().execute(
+                f"CREATE DATABASE IF NOT EXISTS `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci"
+            )
+        server.close()
+        with django_db_blocker.unblock(), databases_on(cluster):
+            for alias in ALIASES:
+                call_command("migrate", database=alias, verbosity=0)
+        yield cluster
+    finally:
+        with contextlib.suppress(Exception):
+            cluster.stop()
+        shutil.rmtree(cluster.directory, ignore_errors=True)
+
+
+@pytest.fixture
+def on_galera(galera, transactional_db):
+    """Run one test with both aliases on the cluster, whole again afterwards (every node started)."""
+    galera.ensure_whole()
+    with databases_on(galera):
+        yield galera
+    drop_leftover_rules()
+    galera.ensure_whole()
+
+
+@pytest.fixture
+def galera_user(on_galera):
+    """Return a function making a user on the cluster with a name no other test of the module used."""
+
+    def make(prefix: str = "galera"):
+        return get_user_model().objects.create_user(username=f"{prefix}-{uuid.uuid4().hex[:12]}")
+
+    return make
