@@ -1,5 +1,5 @@
 """Fixtures shared by every app's tests: static files, users, API and admin clients, both services' databases for
-each test, and a three-node RabbitMQ cluster."""
+each test, a three-node RabbitMQ cluster, and what keeps parallel workers apart (testkit/workers.py)."""
 
 import hashlib
 import os
@@ -19,8 +19,10 @@ from django.test.utils import override_settings
 from rest_framework.test import APIClient
 
 from accounts.services import api_token_create
+from testkit.workers import SPARK_GROUP, SharedServicesLock, with_vhost, worker_id, worker_vhost
 
 DATABASE_FIXTURES = {"db", "transactional_db", "live_server", "django_db_reset_sequences"}
+RUN_DIR = Path(__file__).resolve().parent / ".run"
 # What an operator holds to use every admin action: retry and discard outbox rows, replay and discard dead letters.
 OPERATOR_PERMISSIONS = (
     "outbox.view_transactionlog",
@@ -43,8 +45,13 @@ def pytest_collection_modifyitems(items):
     """
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
-        if (item.get_closest_marker("spark") or "spark" in fixtures) and not item.get_closest_marker("slow"):
-            item.add_marker(pytest.mark.slow)
+        if item.get_closest_marker("spark") or "spark" in fixtures:
+            if not item.get_closest_marker("slow"):
+                item.add_marker(pytest.mark.slow)
+            if not item.get_closest_marker("xdist_group"):
+                item.add_marker(pytest.mark.xdist_group(SPARK_GROUP))
+        if not item.get_closest_marker("xdist_group") and module_scoped_fixtures(item):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
         marker = item.get_closest_marker("django_db")
         if marker is None and not DATABASE_FIXTURES & fixtures:
             continue
@@ -54,6 +61,62 @@ def pytest_collection_modifyitems(items):
         item.add_marker(
             pytest.mark.django_db(*(marker.args if marker else ()), databases="__all__", **kwargs), append=False
         )
+
+
+def module_scoped_fixtures(item: pytest.Item) -> list[str]:
+    """Return the module-scoped fixtures an item uses: its module then runs on one worker, so they start once."""
+    definitions = getattr(item, "_fixtureinfo", None)
+    if definitions is None:
+        return []
+    return [name for name, defs in definitions.name2fixturedefs.items() if defs and defs[-1].scope == "module"]
+
+
+@pytest.fixture(scope="session")
+def shared_services_lock() -> SharedServicesLock:
+    """The lock a test takes exclusively around stopping a service every worker shares (the system broker)."""
+    return SharedServicesLock(RUN_DIR / "locks")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Run each test, its fixtures' set-up and tear-down included, holding the shared-services lock shared, so a test
+    that stops a shared service (marked `exclusive`) does it while no other worker is inside a test. Such a test takes
+    the lock itself, exclusively, around the stop."""
+    if worker_id() is None or item.get_closest_marker("exclusive"):
+        return (yield)
+    with SharedServicesLock(RUN_DIR / "locks").shared():
+        return (yield)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def worker_services():
+    """Give a parallel worker its own RabbitMQ vhost and cache key prefix, in this process and every child it starts.
+
+    pytest-django already gives each worker its own test databases; the broker URL reaches children through
+    testkit.processes.service_env, the key prefix through the environment they inherit.
+    """
+    worker = worker_id()
+    if worker is None:
+        yield
+        return
+    from config.celery import app
+    from testkit.queues import rabbitmqctl
+
+    vhost = worker_vhost(django_settings.CELERY_BROKER_URL, worker)
+    if vhost not in rabbitmqctl("-q", "list_vhosts", "--no-table-headers").splitlines():
+        rabbitmqctl("add_vhost", vhost)
+        rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+    url = with_vhost(django_settings.CELERY_BROKER_URL, vhost)
+    prefix = f"{django_settings.CACHE_KEY_PREFIX}-{worker}"
+    django_settings.CELERY_BROKER_URL = url
+    app.conf.broker_url = url
+    django_settings.CACHE_KEY_PREFIX = prefix
+    django_settings.CACHES = {
+        **django_settings.CACHES,
+        "default": {**django_settings.CACHES["default"], "KEY_PREFIX": prefix},
+    }
+    os.environ.update(CELERY_BROKER_URL=url, CACHE_KEY_PREFIX=prefix)
+    yield
 
 
 @pytest.fixture(autouse=True)

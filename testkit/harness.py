@@ -584,7 +584,3 @@ def kill_database_connections(database: str) -> int:
             except Exception:  # noqa: S110 (the connection may have closed on its own meanwhile)
                 pass
     return killed
-
-
-def rabbitmqctl(*args: str) -> None:
-    subprocess.run(["rabbitmqctl", *args], check=True, capture_output=True, timeout=120)

@@ -1,4 +1,7 @@
-"""The app's queues on this run's broker (CELERY_BROKER_URL): declared and emptied around a cluster of processes."""
+"""This run's broker (CELERY_BROKER_URL): the app's queues declared and emptied around a cluster of processes, and
+the server's own tool for what only it does (vhosts, stopping and starting the broker)."""
+
+import subprocess
 
 from django.conf import settings
 from kombu import Connection
@@ -13,3 +16,8 @@ def purge_queues() -> None:
         for queue in app.conf.task_queues:
             queue.bind(channel).declare()
             queue.bind(channel).purge()
+
+
+def rabbitmqctl(*args: str) -> str:
+    """Run rabbitmqctl against the system broker and return what it printed."""
+    return subprocess.run(["rabbitmqctl", *args], check=True, capture_output=True, text=True, timeout=120).stdout

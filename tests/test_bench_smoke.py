@@ -14,8 +14,9 @@ from urllib.parse import urlsplit
 import MySQLdb
 import pytest
 
-from testkit.harness import ROOT, rabbitmqctl
+from testkit.harness import ROOT
 from testkit.processes import broker_url, database_address, database_url, service_env
+from testkit.queues import rabbitmqctl
 
 pytestmark = pytest.mark.slow
 

@@ -24,8 +24,14 @@ from outbox.claims import ClaimedMessage
 from outbox.publisher import Publisher
 from testkit.broker_proxy import BrokerProxy
 from testkit.processes import database_address, database_url, free_port
+from testkit.workers import RABBITMQ_CLUSTER_GROUP
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+# On the three-node cluster's fixed ports: one worker runs every such test.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.xdist_group(RABBITMQ_CLUSTER_GROUP),
+]
 
 MAX_RETRIES = 2
 V2_QUEUE = "credits.v2"

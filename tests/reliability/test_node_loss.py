@@ -15,8 +15,14 @@ from core.contract import CREDITS_QUEUE, QUEUE_TYPE_QUORUM
 from credits.models import OrderCredit
 from testkit.harness import Cluster, Ledger, OrderStream, wait_for_credits
 from testkit.processes import free_port, service_env
+from testkit.workers import RABBITMQ_CLUSTER_GROUP
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+# On the three-node cluster's fixed ports: one worker runs every such test.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.xdist_group(RABBITMQ_CLUSTER_GROUP),
+]
 
 RATE = 20  # orders per second, across all clients
 DRAIN_LIMIT_SECONDS = 60
