@@ -40,7 +40,6 @@ import argparse
 import json
 import os
 import random
-import signal
 import subprocess
 import sys
 import tempfile
@@ -69,6 +68,7 @@ from credits.models import CreditBalance, DeadLetter, OrderCredit  # noqa: E402
 from orders.models import Order  # noqa: E402
 from outbox.ids import new_transaction_id  # noqa: E402
 from outbox.models import TransactionLog  # noqa: E402
+from testkit.processes import stop_processes  # noqa: E402
 
 USER_PREFIX = "bench-credits-"
 # Tracing off whatever this shell says: OTEL_SDK_DISABLED wins over every other OTEL_* variable (core/tracing.py).
@@ -235,15 +235,7 @@ def workers_start(
 
 
 def workers_stop(processes: list[subprocess.Popen]) -> None:
-    for process in processes:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-    for process in processes:
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    stop_processes(*processes, grace=30, group=True)
 
 
 def server_pids() -> dict[str, int]:

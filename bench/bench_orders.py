@@ -66,8 +66,9 @@ from common import (  # noqa: E402
     process_tree_cpu_seconds,
     setup_django,
     start_gunicorn,
-    stop,
 )
+
+from testkit.processes import stop_processes  # noqa: E402
 
 CLIENTS = 8
 PORT = 18080
@@ -213,7 +214,7 @@ def measure_http(
         result["cpu_ms_per_order"] = (process_tree_cpu_seconds(proc.pid) - cpu_before) / result["requests"] * 1000
         return result
     finally:
-        stop(proc)
+        stop_processes(proc, grace=15)
 
 
 def post_order(client, token: str, idempotency_key: str) -> None:
@@ -309,7 +310,7 @@ class Pipeline:
         """Run the relay from `code_dir` (another checkout's, with this venv) from now on; no-op if it already is."""
         if code_dir == self.relay_dir:
             return
-        stop(self.relay)
+        stop_processes(self.relay, grace=15)
         env = bench_env(ORDERS_RATE_LIMIT=RATE_LIMIT)
         self.relay = subprocess.Popen([sys.executable, "manage.py", "relay_outbox"], cwd=code_dir, env=env)
         self.relay_dir = code_dir
@@ -336,9 +337,9 @@ class Pipeline:
         return False
 
     def close(self) -> None:
-        stop(self.relay)
+        stop_processes(self.relay, grace=15)
         for worker in self.workers:
-            stop(worker)
+            stop_processes(worker, grace=15)
 
 
 def measure_variant(pipeline: Pipeline, name: str, tokens: list[str], args: argparse.Namespace) -> dict:
@@ -376,7 +377,7 @@ def measure_variant(pipeline: Pipeline, name: str, tokens: list[str], args: argp
         settled = pipeline.settle() and settled
         after = pipeline.cpu.snapshot()
     finally:
-        stop(gunicorn)
+        stop_processes(gunicorn, grace=15)
     result.update(
         orders=orders,
         orders_per_s_db=orders / wall,

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import requests
 
+from testkit.processes import stop_processes
+
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 
@@ -207,17 +209,8 @@ class Cluster:
         self._stopping.set()
         if self._supervisor is not None:
             self._supervisor.join(timeout=5)
-        for name in list(self.procs):
-            proc = self.procs[name]
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                    proc.wait(timeout=20)
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=10)
-            self.procs.pop(name)
+        stop_processes(*self.procs.values(), group=True)
+        self.procs.clear()
 
     def wait_ready(self, name: str, timeout: float = 60, *, times: int = 1) -> float:
         """Wait until a Celery worker's log says it is ready to consume, the `times`-th time since the cluster's

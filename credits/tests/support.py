@@ -20,7 +20,7 @@ from orders.services import order_create
 from outbox.claims import ClaimedMessage
 from outbox.models import TransactionLog
 from outbox.publisher import Publisher
-from testkit.processes import service_env
+from testkit.processes import service_env, stop_processes
 from testkit.waiting import wait_for
 
 CREDITS = "credits"
@@ -256,12 +256,5 @@ class Worker:
 
     def stop(self) -> None:
         """Stop the worker: a warm shutdown, then SIGKILL to the whole group for anything left."""
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout=15)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=30)
+        if self.process is not None:
+            stop_processes(self.process, grace=15, group=True)
