@@ -15,7 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from testkit import waiting
-from testkit.harness import LATENCY_NOISE_FACTOR, Backends, Cluster, Ledger, Stopped
+from testkit.harness import Cluster, Stopped
+from testkit.load import LATENCY_NOISE_FACTOR, Backends, Ledger
 from testkit.waiting import wait_for
 
 # What each process logs once it is ready again.

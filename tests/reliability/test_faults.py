@@ -18,15 +18,11 @@ from config.celery import app
 from core.contract import AWARD_CREDITS_TASK, CREDITS_QUEUE
 from credits.models import OrderCredit
 from orders.models import Order
-from testkit.harness import (
-    ROOT,
-    Ledger,
-    OrderStream,
-    kill_database_connections,
-    wait_for_credits,
-    wait_until_published,
-)
+from testkit.db_faults import kill_database_connections
+from testkit.harness import ROOT
+from testkit.load import Ledger, OrderStream
 from testkit.queues import rabbitmqctl
+from testkit.reconcile import wait_for_credits, wait_until_published
 from testkit.waiting import wait_for
 
 # Stops the system broker every test worker shares: exclusive, so no other test is running then.

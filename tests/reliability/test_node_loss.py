@@ -13,8 +13,10 @@ from kombu import Connection, Exchange, Queue
 from accounts.services import api_token_create
 from core.contract import CREDITS_QUEUE, QUEUE_TYPE_QUORUM
 from credits.models import OrderCredit
-from testkit.harness import Cluster, Ledger, OrderStream, wait_for_credits
+from testkit.harness import Cluster
+from testkit.load import Ledger, OrderStream
 from testkit.processes import free_port, service_env
+from testkit.reconcile import wait_for_credits
 from testkit.workers import RABBITMQ_CLUSTER_GROUP
 
 # On the three-node cluster's fixed ports: one worker runs every such test.
