@@ -32,7 +32,9 @@ OPERATOR_PERMISSIONS = (
 )
 
 
-@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: a Spark test must already be slow then
+# A wrapper: its marks are made before `-m` deselects (a Spark test must already be slow then) and its order is
+# the last word, after pytest-django's own.
+@pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(items):
     """Mark every Spark test (marked `spark` or using the session) slow, and open both databases to database tests.
 
@@ -42,6 +44,11 @@ def pytest_collection_modifyitems(items):
     Most flows cross both databases: an order is placed in one and credited in the other. pytest-django otherwise
     opens only `default`; a test of a single service states that by passing `databases` to its own django_db mark,
     and keeps its other options.
+
+    On parallel workers, the Spark tests and each module with a module-scoped fixture (a gunicorn, a checkout) run on
+    one worker (`xdist_group`), and the run starts with the groups and the slow tests: a test of minutes (the alert
+    rules' own windows, a rollout) started last would leave the other workers idle until it ends, while the fast tests
+    fill the gaps at the end.
     """
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
@@ -60,6 +67,14 @@ def pytest_collection_modifyitems(items):
             continue
         item.add_marker(
             pytest.mark.django_db(*(marker.args if marker else ()), databases="__all__", **kwargs), append=False
+        )
+    yield
+    if worker_id() is not None:
+        # Stable: a group's tests keep their order, and a module's module-scoped fixture starts once.
+        items.sort(
+            key=lambda item: (
+                0 if item.get_closest_marker("xdist_group") else 1 if item.get_closest_marker("slow") else 2
+            )
         )
 
 
