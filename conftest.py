@@ -1,6 +1,7 @@
 """Fixtures shared by every app's tests: static files, users, API and admin clients, both services' databases for
 each test, a three-node RabbitMQ cluster, and what keeps parallel workers apart (testkit/workers.py)."""
 
+import functools
 import hashlib
 import os
 import shutil
@@ -86,20 +87,33 @@ def module_scoped_fixtures(item: pytest.Item) -> list[str]:
     return [name for name, defs in definitions.name2fixturedefs.items() if defs and defs[-1].scope == "module"]
 
 
+@functools.cache
+def services_lock() -> SharedServicesLock:
+    """This worker's side of the cross-worker lock (testkit/workers.py)."""
+    return SharedServicesLock(RUN_DIR / "locks")
+
+
 @pytest.fixture(scope="session")
 def shared_services_lock() -> SharedServicesLock:
     """The lock a test takes exclusively around stopping a service every worker shares (the system broker)."""
-    return SharedServicesLock(RUN_DIR / "locks")
+    return services_lock()
 
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """Run each test, its fixtures' set-up and tear-down included, holding the shared-services lock shared, so a test
     that stops a shared service (marked `exclusive`) does it while no other worker is inside a test. Such a test takes
-    the lock itself, exclusively, around the stop."""
+    the lock itself, exclusively, around the stop.
+
+    A broker stopped between two tests of this worker reset the connections its Celery app keeps in a pool: they are
+    dropped before the next test, which would otherwise write to one and fail."""
     if worker_id() is None or item.get_closest_marker("exclusive"):
         return (yield)
-    with SharedServicesLock(RUN_DIR / "locks").shared():
+    with services_lock().shared() as disturbed:
+        if disturbed:
+            from testkit.queues import broker_connections_drop
+
+            broker_connections_drop()
         return (yield)
 
 

@@ -138,6 +138,7 @@ def test_a_worker_killed_during_a_burst_loses_nothing_and_doubles_nothing(start_
             and queue_unacknowledged(CREDITS_QUEUE) == 0
         ),
         timeout=120,
+        what="every delivery handled once, nothing left on the queue",
     )
     assert_all_acknowledged(successor)
     assert OrderCredit.objects.values("order_id").distinct().count() == len(payloads)
