@@ -23,6 +23,10 @@ from accounts.services import api_token_create
 from testkit.workers import SPARK_GROUP, SharedServicesLock, with_vhost, worker_id, worker_vhost
 
 DATABASE_FIXTURES = {"db", "transactional_db", "live_server", "django_db_reset_sequences"}
+# Its command test stops every child of the test process (the nightly command's interrupted path), a SparkSession's
+# JVM included: on the Spark worker it runs, as in a serial run, before the session starts (pytest-django orders the
+# database tests first).
+STOPS_CHILD_PROCESSES = {"analytics.tests.test_interrupt"}
 RUN_DIR = Path(__file__).resolve().parent / ".run"
 # What an operator holds to use every admin action: retry and discard outbox rows, replay and discard dead letters.
 OPERATOR_PERMISSIONS = (
@@ -53,6 +57,8 @@ def pytest_collection_modifyitems(items):
     """
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
+        if item.module.__name__ in STOPS_CHILD_PROCESSES and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(SPARK_GROUP))
         if item.get_closest_marker("spark") or "spark" in fixtures:
             if not item.get_closest_marker("slow"):
                 item.add_marker(pytest.mark.slow)
