@@ -78,11 +78,20 @@ def pytest_collection_modifyitems(items):
     yield
     if worker_id() is not None:
         # Stable: a group's tests keep their order, and a module's module-scoped fixture starts once.
-        items.sort(
-            key=lambda item: (
-                0 if item.get_closest_marker("xdist_group") else 1 if item.get_closest_marker("slow") else 2
-            )
-        )
+        items.sort(key=run_order)
+
+
+def run_order(item: pytest.Item) -> int:
+    """Return where a test goes in a parallel run: the groups, the slow tests, the exclusive ones, the fast ones.
+
+    An exclusive test waits for every other worker's test in flight, and holds back the tests they start meanwhile:
+    it goes once the long tests are under way or done, among fast tests that let it in within a second or two.
+    """
+    if item.get_closest_marker("xdist_group"):
+        return 0
+    if item.get_closest_marker("exclusive"):
+        return 2
+    return 1 if item.get_closest_marker("slow") else 3
 
 
 def module_scoped_fixtures(item: pytest.Item) -> list[str]:
