@@ -1,6 +1,7 @@
 """Fixtures shared by every app's tests: static files, users, API and admin clients, both services' databases for
-each test, and a three-node RabbitMQ cluster."""
+each test, a three-node RabbitMQ cluster, and what keeps parallel workers apart (testkit/workers.py)."""
 
+import functools
 import hashlib
 import os
 import shutil
@@ -19,8 +20,14 @@ from django.test.utils import override_settings
 from rest_framework.test import APIClient
 
 from accounts.services import api_token_create
+from testkit.workers import SPARK_GROUP, SharedServicesLock, with_vhost, worker_id, worker_vhost
 
 DATABASE_FIXTURES = {"db", "transactional_db", "live_server", "django_db_reset_sequences"}
+# Its command test stops every child of the test process (the nightly command's interrupted path), a SparkSession's
+# JVM included: on the Spark worker it runs, as in a serial run, before the session starts (pytest-django orders the
+# database tests first).
+STOPS_CHILD_PROCESSES = {"analytics.tests.test_interrupt"}
+RUN_DIR = Path(__file__).resolve().parent / ".run"
 # What an operator holds to use every admin action: retry and discard outbox rows, replay and discard dead letters.
 OPERATOR_PERMISSIONS = (
     "outbox.view_transactionlog",
@@ -30,7 +37,9 @@ OPERATOR_PERMISSIONS = (
 )
 
 
-@pytest.hookimpl(tryfirst=True)  # before `-m` deselects: a Spark test must already be slow then
+# A wrapper: its marks are made before `-m` deselects (a Spark test must already be slow then) and its order is
+# the last word, after pytest-django's own.
+@pytest.hookimpl(wrapper=True)
 def pytest_collection_modifyitems(items):
     """Mark every Spark test (marked `spark` or using the session) slow, and open both databases to database tests.
 
@@ -40,11 +49,23 @@ def pytest_collection_modifyitems(items):
     Most flows cross both databases: an order is placed in one and credited in the other. pytest-django otherwise
     opens only `default`; a test of a single service states that by passing `databases` to its own django_db mark,
     and keeps its other options.
+
+    On parallel workers, the Spark tests and each module with a module-scoped fixture (a gunicorn, a checkout) run on
+    one worker (`xdist_group`), and the run starts with the groups and the slow tests: a test of minutes (the alert
+    rules' own windows, a rollout) started last would leave the other workers idle until it ends, while the fast tests
+    fill the gaps at the end.
     """
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
-        if (item.get_closest_marker("spark") or "spark" in fixtures) and not item.get_closest_marker("slow"):
-            item.add_marker(pytest.mark.slow)
+        if item.module.__name__ in STOPS_CHILD_PROCESSES and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(SPARK_GROUP))
+        if item.get_closest_marker("spark") or "spark" in fixtures:
+            if not item.get_closest_marker("slow"):
+                item.add_marker(pytest.mark.slow)
+            if not item.get_closest_marker("xdist_group"):
+                item.add_marker(pytest.mark.xdist_group(SPARK_GROUP))
+        if not item.get_closest_marker("xdist_group") and module_scoped_fixtures(item):
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__))
         marker = item.get_closest_marker("django_db")
         if marker is None and not DATABASE_FIXTURES & fixtures:
             continue
@@ -54,6 +75,92 @@ def pytest_collection_modifyitems(items):
         item.add_marker(
             pytest.mark.django_db(*(marker.args if marker else ()), databases="__all__", **kwargs), append=False
         )
+    yield
+    if worker_id() is not None:
+        # Stable: a group's tests keep their order, and a module's module-scoped fixture starts once.
+        items.sort(key=run_order)
+
+
+def run_order(item: pytest.Item) -> int:
+    """Return where a test goes in a parallel run: the groups, the slow tests, the exclusive ones, the fast ones.
+
+    An exclusive test waits for every other worker's test in flight, and holds back the tests they start meanwhile:
+    it goes once the long tests are under way or done, among fast tests that let it in within a second or two.
+    """
+    if item.get_closest_marker("xdist_group"):
+        return 0
+    if item.get_closest_marker("exclusive"):
+        return 2
+    return 1 if item.get_closest_marker("slow") else 3
+
+
+def module_scoped_fixtures(item: pytest.Item) -> list[str]:
+    """Return the module-scoped fixtures an item uses: its module then runs on one worker, so they start once."""
+    definitions = getattr(item, "_fixtureinfo", None)
+    if definitions is None:
+        return []
+    return [name for name, defs in definitions.name2fixturedefs.items() if defs and defs[-1].scope == "module"]
+
+
+@functools.cache
+def services_lock() -> SharedServicesLock:
+    """This worker's side of the cross-worker lock (testkit/workers.py)."""
+    return SharedServicesLock(RUN_DIR / "locks")
+
+
+@pytest.fixture(scope="session")
+def shared_services_lock() -> SharedServicesLock:
+    """The lock a test takes exclusively around stopping a service every worker shares (the system broker)."""
+    return services_lock()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Run each test, its fixtures' set-up and tear-down included, holding the shared-services lock shared, so a test
+    that stops a shared service (marked `exclusive`) does it while no other worker is inside a test. Such a test takes
+    the lock itself, exclusively, around the stop.
+
+    A broker stopped between two tests of this worker reset the connections its Celery app keeps in a pool: they are
+    dropped before the next test, which would otherwise write to one and fail."""
+    if worker_id() is None or item.get_closest_marker("exclusive"):
+        return (yield)
+    with services_lock().shared() as disturbed:
+        if disturbed:
+            from testkit.queues import broker_connections_drop
+
+            broker_connections_drop()
+        return (yield)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def worker_services():
+    """Give a parallel worker its own RabbitMQ vhost and cache key prefix, in this process and every child it starts.
+
+    pytest-django already gives each worker its own test databases; the broker URL reaches children through
+    testkit.processes.service_env, the key prefix through the environment they inherit.
+    """
+    worker = worker_id()
+    if worker is None:
+        yield
+        return
+    from config.celery import app
+    from testkit.queues import rabbitmqctl
+
+    vhost = worker_vhost(django_settings.CELERY_BROKER_URL, worker)
+    if vhost not in rabbitmqctl("-q", "list_vhosts", "--no-table-headers").splitlines():
+        rabbitmqctl("add_vhost", vhost)
+        rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+    url = with_vhost(django_settings.CELERY_BROKER_URL, vhost)
+    prefix = f"{django_settings.CACHE_KEY_PREFIX}-{worker}"
+    django_settings.CELERY_BROKER_URL = url
+    app.conf.broker_url = url
+    django_settings.CACHE_KEY_PREFIX = prefix
+    django_settings.CACHES = {
+        **django_settings.CACHES,
+        "default": {**django_settings.CACHES["default"], "KEY_PREFIX": prefix},
+    }
+    os.environ.update(CELERY_BROKER_URL=url, CACHE_KEY_PREFIX=prefix)
+    yield
 
 
 @pytest.fixture(autouse=True)

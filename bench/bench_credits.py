@@ -39,7 +39,6 @@ children of a (synthetic) order request.
 import argparse
 import os
 import random
-import signal
 import statistics
 import subprocess
 import sys
@@ -74,6 +73,7 @@ from bench.credits_backlog import (  # noqa: E402
 from config.celery import app  # noqa: E402
 from core.contract import CREDITS_QUEUE  # noqa: E402
 from credits.models import CreditBalance, DeadLetter, OrderCredit  # noqa: E402
+from testkit.processes import stop_processes  # noqa: E402
 
 
 def parse_args() -> argparse.Namespace:
@@ -136,15 +136,7 @@ def workers_start(
 
 
 def workers_stop(processes: list[subprocess.Popen]) -> None:
-    for process in processes:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-    for process in processes:
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+    stop_processes(*processes, grace=30, group=True)
 
 
 def server_pids() -> dict[str, int]:

@@ -53,7 +53,7 @@ def place_bursts(stream, *, size: int, bursts: int, user_ids: list[int]) -> None
     """Send `bursts` bursts of `size` orders, each order from its own thread released at the same instant."""
     import requests
 
-    from testkit.harness import wait_for_credits
+    from testkit.reconcile import wait_for_credits
 
     sessions = []  # one client (keep-alive connection) per slot, kept from burst to burst
     for slot in range(size):
@@ -94,9 +94,11 @@ def run(
     from credits.models import OrderCredit
     from orders.models import Order
     from outbox.models import TransactionLog
-    from testkit.harness import Cluster, Ledger, OrderStream, wait_for_credits
+    from testkit.harness import Cluster
+    from testkit.load import Ledger, OrderStream
     from testkit.processes import service_env
     from testkit.queues import purge_queues
+    from testkit.reconcile import wait_for_credits
 
     run_id = time.strftime("%H%M%S") + ("p" if polling else "w")
     # Bursts spread over more users so that no user passes the rate limit (20/second by default).

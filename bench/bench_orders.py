@@ -62,12 +62,12 @@ from common import (  # noqa: E402
     outbox_backlog_discard,
     setup_django,
     start_gunicorn,
-    stop,
 )
 from orders_ceiling import ceiling_floor, profile_requests  # noqa: E402
 from wrk import CLIENTS, PORT, measure_http, parse_wrk, run_wrk  # noqa: E402
 
 from core.stats import percentile  # noqa: E402
+from testkit.processes import stop_processes  # noqa: E402
 
 USER_PREFIX = "bench-orders-"
 # The deployed default: the bench runs with the limit on, over enough users that it never refuses.
@@ -145,7 +145,7 @@ class Pipeline:
         """Run the relay from `code_dir` (another checkout's, with this venv) from now on; no-op if it already is."""
         if code_dir == self.relay_dir:
             return
-        stop(self.relay)
+        stop_processes(self.relay, grace=15)
         env = bench_env(ORDERS_RATE_LIMIT=RATE_LIMIT)
         self.relay = subprocess.Popen([sys.executable, "manage.py", "relay_outbox"], cwd=code_dir, env=env)
         self.relay_dir = code_dir
@@ -172,9 +172,9 @@ class Pipeline:
         return False
 
     def close(self) -> None:
-        stop(self.relay)
+        stop_processes(self.relay, grace=15)
         for worker in self.workers:
-            stop(worker)
+            stop_processes(worker, grace=15)
 
 
 def measure_variant(pipeline: Pipeline, name: str, tokens: list[str], args: argparse.Namespace) -> dict:
@@ -212,7 +212,7 @@ def measure_variant(pipeline: Pipeline, name: str, tokens: list[str], args: argp
         settled = pipeline.settle() and settled
         after = pipeline.cpu.snapshot()
     finally:
-        stop(gunicorn)
+        stop_processes(gunicorn, grace=15)
     result.update(
         orders=orders,
         orders_per_s_db=orders / wall,

@@ -17,7 +17,6 @@ With --cluster-broker-url URL it compares that quorum-queue cluster with the con
 import argparse
 import contextlib
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -49,6 +48,7 @@ from outbox.claims import ClaimedMessage  # noqa: E402
 from outbox.ids import new_transaction_id  # noqa: E402
 from outbox.messages import build_task_message  # noqa: E402
 from outbox.models import TransactionLog  # noqa: E402
+from testkit.processes import stop_processes  # noqa: E402
 
 BENCH_BUSINESS = "bench"
 
@@ -237,12 +237,7 @@ def bench_latency(rate: float, seconds: float, channel, pool: str) -> dict:
         wakeups = wakeup.waker.sent - sent_before
     finally:
         stop.set()
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            worker.kill()
-            worker.wait()
+        stop_processes(worker, grace=30)
         consumer.join(timeout=5)
     latencies = sorted((arrived[tx] - committed[tx]) * 1000 for tx in committed if tx in arrived)
     purge(channel)

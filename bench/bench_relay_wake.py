@@ -35,9 +35,9 @@ from bench.common import (  # noqa: E402
     bench_env,
     outbox_backlog_discard,
     setup_django,
-    stop,
 )
 from core.stats import percentile  # noqa: E402
+from testkit.processes import stop_processes  # noqa: E402
 
 PROCESSES = ("relay", "mariadbd", "redis")
 BUSINESS = "bench-wake"
@@ -162,7 +162,7 @@ def measure(name: str, args: argparse.Namespace, run_number: int) -> dict:
         wall = time.monotonic() - wall
         after = cpu.snapshot()
     finally:
-        stop(relay)
+        stop_processes(relay, grace=15)
         wait_heartbeat_gone()
     _, published = relayed(run_id)
     latency = latencies_ms(run_id)

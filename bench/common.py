@@ -1,7 +1,6 @@
 """Shared plumbing for the benchmarks: a dedicated database, Django setup, and starting/stopping gunicorn."""
 
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -11,6 +10,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# The benchmarks stop their processes with the tests' helper (testkit/processes.py).
+sys.path.insert(0, str(ROOT))
+from testkit.processes import stop_processes  # noqa: E402
+
 # The virtualenv running the bench, whose gunicorn and celery it starts (a git worktree may share another's venv).
 VENV_BIN = Path(sys.executable).parent
 BENCH_DATABASE_URL = os.environ.get("BENCH_DATABASE_URL", "mysql://root:@127.0.0.1:3306/creditshop_bench")
@@ -43,7 +46,6 @@ def setup_django(**env: str) -> None:
     `env` overrides bench_env's variables (another DJANGO_SETTINGS_MODULE, say).
     """
     os.environ.update(bench_env(**env))
-    sys.path.insert(0, str(ROOT))
     import MySQLdb
 
     for url in (BENCH_DATABASE_URL, BENCH_CREDITS_DATABASE_URL):
@@ -87,19 +89,8 @@ def start_gunicorn(port: int, *, workers: int, threads: int, code_dir: Path = RO
             return proc
         except OSError:
             time.sleep(0.2)
-    stop(proc)
+    stop_processes(proc, grace=15)
     raise RuntimeError("gunicorn did not become healthy within 30 s")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    """Stop a child process with SIGTERM, then SIGKILL if it lingers."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def outbox_backlog_discard(reason: str) -> int:

@@ -111,18 +111,12 @@ def soak(args: argparse.Namespace, credits_server: MariaDBServer) -> int:
 
     from accounts.services import api_token_create
     from testkit.database_users import ProcessUsers
-    from testkit.harness import (
-        Backends,
-        Cluster,
-        Ledger,
-        OrderStream,
-        kill_database_connections,
-        rabbitmqctl,
-        wait_for_credits,
-        wait_until_credited,
-    )
+    from testkit.db_faults import kill_database_connections
+    from testkit.harness import Cluster
+    from testkit.load import Backends, Ledger, OrderStream
     from testkit.processes import database_address, service_env
-    from testkit.queues import purge_queues
+    from testkit.queues import purge_queues, rabbitmqctl
+    from testkit.reconcile import wait_for_credits, wait_until_credited
     from testkit.silence import SilentLink
 
     call_command("migrate", database="credits", verbosity=0)

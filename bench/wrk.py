@@ -13,7 +13,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import ROOT, process_tree_cpu_seconds, start_gunicorn, stop
+from common import ROOT, process_tree_cpu_seconds, start_gunicorn
+
+from testkit.processes import stop_processes
 
 CLIENTS = 8
 PORT = 18080
@@ -97,4 +99,4 @@ def measure_http(
         result["cpu_ms_per_order"] = (process_tree_cpu_seconds(proc.pid) - cpu_before) / result["requests"] * 1000
         return result
     finally:
-        stop(proc)
+        stop_processes(proc, grace=15)

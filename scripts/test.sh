@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-exec .venv/bin/pytest --create-db "$@"
+# On parallel workers (TEST_WORKERS, "0" for none), each with its own databases, vhost and cache prefix (conftest.py).
+exec .venv/bin/pytest --create-db -n "${TEST_WORKERS:-3}" "$@"

@@ -9,6 +9,7 @@ import socket
 import threading
 import time
 
+from testkit import listeners
 from testkit.amqp_frames import BASIC_PUBLISH, Confirms, Method, MethodReader, NotAmqp
 from testkit.processes import broker_url, free_port
 
@@ -87,27 +88,14 @@ class BrokerProxy:
             return sum(link.confirms.unconfirmed() for link in self._links)
 
     def up(self) -> None:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(16)
-        self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), daemon=True).start()
+        self._listener = listeners.listen(self.port, self._accept, backlog=16, name=f"broker-proxy-{self.port}")
 
     def down(self) -> None:
         listener, self._listener = self._listener, None
-        if listener is not None:
-            # shutdown() wakes the thread blocked in accept(); close() alone would leave the port listening.
-            with contextlib.suppress(OSError):
-                listener.shutdown(socket.SHUT_RDWR)
-            listener.close()
         with self._lock:
             sockets, self._sockets = self._sockets, set()
             self._links.clear()
-        for sock in sockets:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
+        listeners.close(listener, sockets)
 
     def _accept(self, listener: socket.socket) -> None:
         while True:

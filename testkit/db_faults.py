@@ -1,4 +1,5 @@
-"""Database faults injected into the test process's own connections (mocking only to inject a fault)."""
+"""Database faults: injected into the test process's own connections (mocking only to inject a fault), or done to a
+server's connections from outside, as an operator or a timeout would."""
 
 import MySQLdb
 from django.db import OperationalError
@@ -30,3 +31,22 @@ def killed_by_the_server(connection) -> int:
     finally:
         killer.close()
     return thread_id
+
+
+def kill_database_connections(database: str) -> int:
+    """KILL every server connection to a database except this process's own; return how many were killed."""
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT CONNECTION_ID()")
+        (own,) = cursor.fetchone()
+        cursor.execute("SELECT id FROM information_schema.processlist WHERE db = %s AND id <> %s", [database, own])
+        ids = [row[0] for row in cursor.fetchall()]
+        killed = 0
+        for thread_id in ids:
+            try:
+                cursor.execute(f"KILL CONNECTION {int(thread_id)}")
+                killed += 1
+            except Exception:  # noqa: S110 (the connection may have closed on its own meanwhile)
+                pass
+    return killed

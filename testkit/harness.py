@@ -1,28 +1,27 @@
-"""Fault-injection harness: real gunicorn, Celery workers, beat and relay, clients that retry, and a reconciliation.
+"""Fault-injection harness: the service's real processes (gunicorn, Celery workers, beat, the relay) as a cluster.
 
-Used by the short CI suite (tests/reliability/) and the long soak (bench/soak.py). Every process runs in its own
-process group so a fault can SIGKILL exactly what it means to, and `Cluster.stop()` leaves nothing behind.
+Used by the short CI suite (tests/reliability/), the benchmarks and the long soak (bench/soak.py). Every process runs
+in its own process group so a fault can SIGKILL exactly what it means to, and `Cluster.stop()` leaves nothing
+behind. The clients that load it are in testkit/load.py, the reconciliation afterwards in testkit/reconcile.py.
 """
 
 from __future__ import annotations
 
 import contextlib
-import itertools
 import math
 import os
-import random
 import signal
-import statistics
 import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import requests
+
+from testkit.processes import stop_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -207,17 +206,8 @@ class Cluster:
         self._stopping.set()
         if self._supervisor is not None:
             self._supervisor.join(timeout=5)
-        for name in list(self.procs):
-            proc = self.procs[name]
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                    proc.wait(timeout=20)
-                except (ProcessLookupError, subprocess.TimeoutExpired):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=10)
-            self.procs.pop(name)
+        stop_processes(*self.procs.values(), group=True)
+        self.procs.clear()
 
     def wait_ready(self, name: str, timeout: float = 60, *, times: int = 1) -> float:
         """Wait until a Celery worker's log says it is ready to consume, the `times`-th time since the cluster's
@@ -255,336 +245,3 @@ def _reap_group(pgid: int, *, grace: float = 10) -> int:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, signal.SIGKILL)
     return len(left)
-
-
-# How much slower than the steady orders before a fault the orders during it may be, on a machine too busy to show
-# a fixed limit (other runs sharing its two cores): p99 over a few hundred orders swings up to twice from one window
-# to the next there. A stall for a retry or a connect timeout still crosses it.
-LATENCY_NOISE_FACTOR = 3
-
-
-@dataclass
-class Ledger:
-    """What the clients asked for and what the service acknowledged."""
-
-    attempted: int = 0
-    acknowledged: dict[str, tuple[int, int]] = field(default_factory=dict)  # key -> (order id, total)
-    statuses: Counter = field(default_factory=Counter)
-    server_errors: list[tuple[float, int]] = field(default_factory=list)  # (time, status)
-    connection_errors: list[tuple[float, str]] = field(default_factory=list)  # (time, REFUSED or "connection error")
-    # (time acknowledged, seconds from the order's first attempt to its 201, retries included)
-    latencies: list[tuple[float, float]] = field(default_factory=list)
-    gave_up: int = 0
-    # (time answered or failed, seconds the request took, status or connection error): every attempt, retries apart.
-    requests: list[tuple[float, float, int | str]] = field(default_factory=list)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def latency_p99(self, *, since: float = -math.inf, until: float = math.inf) -> tuple[float, int]:
-        """Return the p99 latency in seconds of the orders acknowledged in [since, until], and how many there were."""
-        with self.lock:
-            window = [seconds for at, seconds in self.latencies if since <= at <= until]
-        if len(window) < 2:
-            return (window[0] if window else math.nan), len(window)
-        return statistics.quantiles(window, n=100, method="inclusive")[98], len(window)
-
-
-class Backends:
-    """The web instances a client sends to, in turn; a drained one gets no new request (a load balancer's drain)."""
-
-    def __init__(self, *urls: str):
-        self.urls = list(urls)
-        self.drained: set[str] = set()
-        self._turn = itertools.count()
-        self._lock = threading.Lock()
-
-    def next(self) -> str:
-        with self._lock:
-            serving = [url for url in self.urls if url not in self.drained]
-            return serving[next(self._turn) % len(serving)]
-
-    def drain(self, url: str) -> None:
-        with self._lock:
-            if len(self.drained | {url}) == len(self.urls):
-                raise ValueError("cannot drain the last serving instance")
-            self.drained.add(url)
-
-    def undrain(self, url: str) -> None:
-        with self._lock:
-            self.drained.discard(url)
-
-
-class OrderStream:
-    """Client threads placing orders at a steady rate, each retrying with its Idempotency-Key until answered.
-
-    Requests go to `backends` in turn (one URL, or several web instances); a refused connection is counted apart
-    from other connection errors.
-    """
-
-    def __init__(self, backends: str | Backends, tokens: list[str], *, rate: float, ledger: Ledger, seed: int = 1):
-        self.backends = Backends(backends) if isinstance(backends, str) else backends
-        self.tokens, self.rate, self.ledger = tokens, rate, ledger
-        self.stop_event = threading.Event()
-        self.random = random.Random(seed)
-        self.threads = [threading.Thread(target=self._run, args=(i,), daemon=True) for i in range(len(tokens))]
-
-    def start(self) -> None:
-        for thread in self.threads:
-            thread.start()
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        for thread in self.threads:
-            thread.join(timeout=120)
-
-    def _run(self, slot: int) -> None:
-        session = requests.Session()
-        session.headers["Authorization"] = f"Token {self.tokens[slot]}"
-        interval = len(self.tokens) / self.rate
-        next_at = time.monotonic()
-        while not self.stop_event.is_set():
-            self._place(session, total=self.random.randint(1, 50))
-            next_at += interval
-            time.sleep(max(0.0, next_at - time.monotonic()))
-
-    def _place(self, session: requests.Session, *, total: int) -> None:
-        key = uuid.uuid4().hex
-        body = {"goods_name": "reliability", "total": total}
-        with self.ledger.lock:
-            self.ledger.attempted += 1
-        first_attempt = time.monotonic()
-        deadline = first_attempt + 120
-        while time.monotonic() < deadline:
-            sent = time.monotonic()
-            try:
-                response = session.post(
-                    f"{self.backends.next()}/api/orders/", json=body, headers={"Idempotency-Key": key}, timeout=10
-                )
-            except requests.RequestException as exc:
-                kind = REFUSED if _refused(exc) else "connection error"
-                with self.ledger.lock:
-                    self.ledger.statuses[kind] += 1
-                    self.ledger.connection_errors.append((time.monotonic(), kind))
-                    self.ledger.requests.append((time.monotonic(), time.monotonic() - sent, kind))
-                time.sleep(0.2)
-                continue
-            with self.ledger.lock:
-                self.ledger.requests.append((time.monotonic(), time.monotonic() - sent, response.status_code))
-                self.ledger.statuses[response.status_code] += 1
-                if response.status_code >= 500:
-                    self.ledger.server_errors.append((time.monotonic(), response.status_code))
-            if response.status_code == 201:
-                answered = time.monotonic()
-                with self.ledger.lock:
-                    self.ledger.acknowledged[key] = (response.json()["id"], total)
-                    self.ledger.latencies.append((answered, answered - first_attempt))
-                return
-            time.sleep(0.2)
-        with self.ledger.lock:
-            self.ledger.gave_up += 1
-
-
-class HealthProbe:
-    """A load balancer's health check: GET /healthz every half second, each answer and its time kept."""
-
-    def __init__(self, base_url: str):
-        self.base_url = base_url
-        self.answers: list[tuple[float, float, int | str, dict]] = []  # (time, seconds, status or error, body)
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
-
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            sent = time.monotonic()
-            try:
-                response = requests.get(f"{self.base_url}/healthz", timeout=10)
-                outcome, body = response.status_code, response.json()
-            except (requests.RequestException, ValueError) as exc:
-                outcome, body = type(exc).__name__, {}
-            self.answers.append((time.monotonic(), time.monotonic() - sent, outcome, body))
-            self._stop.wait(0.5)
-
-
-REFUSED = "connection refused"
-
-
-def _refused(exc: BaseException) -> bool:
-    """Tell whether a request failed because nothing accepted the connection (ECONNREFUSED somewhere in its causes)."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, ConnectionRefusedError) or "Connection refused" in str(seen):
-            return True
-        seen = seen.__cause__ or seen.__context__ or getattr(seen, "reason", None)
-    return False
-
-
-@dataclass
-class Reconciliation:
-    attempted: int
-    acknowledged: int
-    stored: int
-    lost: int
-    unacknowledged_stored: int
-    credited: int
-    missing_credits: int
-    duplicated_credits: int
-    wrong_amounts: int
-    balance_mismatches: int
-    gave_up: int
-    # Dead letters recorded for these orders: none of the injected faults is a message's fault.
-    dead_letters: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return not (
-            self.lost
-            or self.missing_credits
-            or self.duplicated_credits
-            or self.wrong_amounts
-            or self.balance_mismatches
-            or self.gave_up
-        )
-
-    def assert_nothing_lost_or_duplicated(self, *, logs: str = "") -> None:
-        """Fail unless every acknowledged order was stored and credited once, with the right amount and balance."""
-        wrong = {
-            name: getattr(self, name)
-            for name in (
-                "lost",
-                "gave_up",
-                "unacknowledged_stored",
-                "missing_credits",
-                "duplicated_credits",
-                "wrong_amounts",
-                "balance_mismatches",
-            )
-            if getattr(self, name)
-        }
-        assert wrong == {}, f"{self}\n{logs}"
-
-
-def reconcile(ledger: Ledger, user_ids: list[int]) -> Reconciliation:
-    """Compare what clients were told with what each service's database holds (orders; credits, balances)."""
-    from django.db import connections
-
-    placeholders = ",".join(["%s"] * len(user_ids))
-    with connections["default"].cursor() as cursor:
-        cursor.execute(f"SELECT id, total FROM orders WHERE user_id IN ({placeholders})", user_ids)  # noqa: S608
-        orders = dict(cursor.fetchall())
-    with connections["credits"].cursor() as cursor:
-        cursor.execute(
-            f"SELECT order_id, COUNT(*), SUM(total) FROM order_credits WHERE user_id IN ({placeholders})"  # noqa: S608
-            " GROUP BY order_id",
-            user_ids,
-        )
-        credits = {order_id: (count, total) for order_id, count, total in cursor.fetchall()}
-        balance_sql = (
-            "SELECT b.user_id, b.balance, COALESCE(SUM(c.total), 0) FROM credit_balances b"
-            " LEFT JOIN order_credits c ON c.user_id = b.user_id"
-            f" WHERE b.user_id IN ({placeholders}) GROUP BY b.user_id, b.balance"
-        )
-        cursor.execute(balance_sql, user_ids)
-        balance_mismatches = sum(1 for _, balance, entries in cursor.fetchall() if balance != entries)
-        order_placeholders = ",".join(["%s"] * len(orders)) or "NULL"
-        cursor.execute(
-            f"SELECT COUNT(*) FROM credit_dead_letters WHERE order_id IN ({order_placeholders})",  # noqa: S608
-            list(orders),
-        )
-        (dead_letters,) = cursor.fetchone()
-
-    acknowledged_ids = {order_id for order_id, _ in ledger.acknowledged.values()}
-    return Reconciliation(
-        attempted=ledger.attempted,
-        acknowledged=len(ledger.acknowledged),
-        stored=len(orders),
-        lost=len(acknowledged_ids - set(orders)),
-        unacknowledged_stored=len(set(orders) - acknowledged_ids),
-        credited=len(credits),
-        missing_credits=len(set(orders) - set(credits)),
-        duplicated_credits=sum(count - 1 for count, _ in credits.values()),
-        wrong_amounts=sum(1 for oid, (_, total) in credits.items() if oid in orders and total != 2 * orders[oid]),
-        balance_mismatches=balance_mismatches,
-        gave_up=ledger.gave_up,
-        dead_letters=dead_letters,
-    )
-
-
-def wait_for_credits(ledger: Ledger, user_ids: list[int], *, timeout: float) -> tuple[Reconciliation, float]:
-    """Poll until every stored order has its credit or the timeout passes; return the result and the time taken."""
-    from django.db import connections
-
-    started = time.monotonic()
-    while True:
-        for alias in ("default", "credits"):
-            connections[alias].close()
-        result = reconcile(ledger, user_ids)
-        if result.missing_credits == 0 or time.monotonic() - started > timeout:
-            return result, time.monotonic() - started
-        time.sleep(0.5)
-
-
-def wait_until_credited(order_ids: set[int], *, timeout: float) -> float:
-    """Poll the credits database until every one of these orders has its credit; return the seconds it took."""
-    from django.db import connections
-
-    started = time.monotonic()
-    connection = connections["credits"]
-    placeholders = ",".join(["%s"] * len(order_ids)) or "NULL"
-    while time.monotonic() - started < timeout:
-        connection.close()  # after a fault, a connection from before it may be gone
-        with connection.cursor() as cursor:
-            cursor.execute(f"SELECT COUNT(*) FROM order_credits WHERE order_id IN ({placeholders})", list(order_ids))
-            if cursor.fetchone()[0] == len(order_ids):
-                break
-        time.sleep(0.25)
-    return time.monotonic() - started
-
-
-def wait_until_published(*, timeout: float) -> int:
-    """Poll the outbox until no row is left to publish (pending, or dead) or the timeout passes; return how many are.
-
-    A relay killed between a batch's publish and its mark leaves its rows pending, leased, until the lease runs out
-    and another relay publishes them again (the consumer absorbs the duplicates): the credits can all be there while
-    the outbox still holds rows it will send.
-    """
-    from django.db import connections
-
-    from outbox.models import TransactionLog
-
-    unsent = (TransactionLog.Status.PENDING, TransactionLog.Status.DEAD)
-    deadline = time.monotonic() + timeout
-    while True:
-        connections["default"].close()  # after a fault, a connection from before it may be gone
-        left = TransactionLog.objects.filter(status__in=unsent).count()
-        if left == 0 or time.monotonic() > deadline:
-            return left
-        time.sleep(0.5)
-
-
-def kill_database_connections(database: str) -> int:
-    """KILL every server connection to a database except this process's own; return how many were killed."""
-    from django.db import connection
-
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT CONNECTION_ID()")
-        (own,) = cursor.fetchone()
-        cursor.execute("SELECT id FROM information_schema.processlist WHERE db = %s AND id <> %s", [database, own])
-        ids = [row[0] for row in cursor.fetchall()]
-        killed = 0
-        for thread_id in ids:
-            try:
-                cursor.execute(f"KILL CONNECTION {int(thread_id)}")
-                killed += 1
-            except Exception:  # noqa: S110 (the connection may have closed on its own meanwhile)
-                pass
-    return killed
-
-
-def rabbitmqctl(*args: str) -> None:
-    subprocess.run(["rabbitmqctl", *args], check=True, capture_output=True, timeout=120)

@@ -1,15 +1,18 @@
 """What a child process started by a test needs to reach this test run's databases and broker; a free port for it,
-and the connections it holds.
+the connections it holds, and stopping it.
 
 The one place test code builds a database or broker URL: from the live connection settings of an alias (under
 pytest, its test database), so a test that moves an alias (another server, another user) moves its children too.
 """
 
 import collections
+import contextlib
 import os
 import re
+import signal
 import socket
 import subprocess
+import time
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from django.conf import settings
@@ -96,3 +99,36 @@ def connections_per_worker(port: int) -> list[int]:
         ["ss", "-tnpH", "state", "established", f"( sport = :{port} )"], capture_output=True, text=True, check=True
     ).stdout
     return sorted(collections.Counter(re.findall(r"pid=(\d+)", listing)).values(), reverse=True)
+
+
+def stop_processes(
+    *processes: subprocess.Popen, sig: int = signal.SIGTERM, grace: float = 20, group: bool = False
+) -> list[int | None]:
+    """Stop processes: send each `sig`, give them `grace` seconds together, then SIGKILL those still running.
+
+    With `group`, the signals go to each process's group (one started with start_new_session), and what is left of
+    a group once its leader exited is killed. Return each one's exit code, None for one that had to be killed.
+    """
+
+    def send(process: subprocess.Popen, signum: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            if group:
+                os.killpg(process.pid, signum)
+            else:
+                process.send_signal(signum)
+
+    for process in processes:
+        if process.poll() is None:
+            send(process, sig)
+    deadline = time.monotonic() + grace
+    codes: list[int | None] = []
+    for process in processes:
+        try:
+            codes.append(process.wait(timeout=max(deadline - time.monotonic(), 0)))
+        except subprocess.TimeoutExpired:
+            send(process, signal.SIGKILL)
+            process.wait(timeout=30)
+            codes.append(None)
+        if group:
+            send(process, signal.SIGKILL)
+    return codes

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -22,6 +21,8 @@ from pathlib import Path
 
 import requests
 import yaml
+
+from testkit.processes import stop_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy" / "prometheus"
@@ -104,11 +105,6 @@ class PrometheusServer:
 
     def stop(self) -> None:
         """Stop the server (SIGTERM, then SIGKILL after 20 s) and remove its files."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(timeout=10)
+        if self.process is not None:
+            stop_processes(self.process)
         shutil.rmtree(self.basedir, ignore_errors=True)

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
+from testkit import listeners
 from testkit.processes import free_port
 
 IPTABLES = "iptables"
@@ -88,28 +89,15 @@ class SilentLink:
 
     def up(self) -> None:
         """Start forwarding: connections to 127.0.0.1:port reach the upstream."""
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(128)
-        self._listener = listener
-        threading.Thread(target=self._accept, args=(listener,), name=f"silent-link-{self.port}", daemon=True).start()
+        self._listener = listeners.listen(self.port, self._accept, backlog=128, name=f"silent-link-{self.port}")
 
     def down(self) -> None:
         """Let the packets through again, then stop forwarding and close every connection."""
         self.heal()
         listener, self._listener = self._listener, None
-        if listener is not None:
-            # shutdown() wakes the thread blocked in accept(); close() alone would leave the port listening.
-            with contextlib.suppress(OSError):
-                listener.shutdown(socket.SHUT_RDWR)
-            listener.close()
         with self._lock:
             sockets, self._sockets = self._sockets, set()
-        for sock in sockets:
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
+        listeners.close(listener, sockets)
 
     def silence(self) -> None:
         """Drop every packet to and from the forwarder's port, both ways, telling no one."""

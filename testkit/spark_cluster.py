@@ -7,7 +7,6 @@ job on it, and analytics/tests/test_command_processes.py runs it on one worker.
 
 import json
 import os
-import signal
 import subprocess
 import time
 import urllib.request
@@ -17,6 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyspark
+
+from testkit.processes import stop_processes
 
 SPARK_HOME = Path(pyspark.__file__).parent
 # Fixed ports on loopback: master, its UI, then a
@@ -59,13 +60,7 @@ def _start(name: str, *args: str, env: dict[str, str], log: Path) -> subprocess.
 
 
 def _stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(timeout=10)
+    stop_processes(process, group=True)
 
 
 def _wait_for_workers(count: int, deadline: float) -> None:

@@ -9,20 +9,21 @@ non-2xx answer it does not expect, a row left unpublished), and that is what is 
 import contextlib
 import subprocess
 import sys
-from urllib.parse import urlsplit
+from urllib.parse import quote, unquote, urlsplit
 
 import MySQLdb
 import pytest
+from django.db import connections
 
-from testkit.harness import ROOT, rabbitmqctl
+from testkit.harness import ROOT
 from testkit.processes import broker_url, database_address, database_url, service_env
+from testkit.queues import rabbitmqctl
 
 pytestmark = pytest.mark.slow
 
-# The bench scripts' own databases and vhost: they purge queues and empty tables.
-ORDERS_DB = "test_creditshop_bench_smoke"
-CREDITS_DB = "test_creditshop_bench_smoke_credits"
-VHOST = "test_creditshop_bench_smoke"
+# The bench scripts get databases and a vhost of their own, as they purge queues and empty tables: named after this
+# run's (this worker's) test database and vhost, so that runs and workers side by side never share them.
+BENCH_SUFFIX = "_bench_smoke"
 
 BENCHES = {
     "bench_auth": ["--rounds", "1", "-n", "50"],
@@ -38,24 +39,27 @@ BENCHES = {
 @pytest.fixture(scope="module")
 def bench_env():
     """Return the environment of a bench run: both bench databases and the vhost created, removed afterwards."""
-    orders_url = database_url("default", name=ORDERS_DB)
-    credits_url = database_url("credits", name=CREDITS_DB)
+    orders_db = connections["default"].settings_dict["NAME"] + BENCH_SUFFIX
+    credits_db = orders_db + "_credits"
+    vhost = unquote(urlsplit(broker_url()).path[1:]) + BENCH_SUFFIX
+    orders_url = database_url("default", name=orders_db)
+    credits_url = database_url("credits", name=credits_db)
     env = service_env(
         DATABASE_URL=orders_url,
         CREDITS_DATABASE_URL=credits_url,
         BENCH_DATABASE_URL=orders_url,
         BENCH_CREDITS_DATABASE_URL=credits_url,
-        CELERY_BROKER_URL=urlsplit(broker_url())._replace(path=f"/{VHOST}").geturl(),
+        CELERY_BROKER_URL=urlsplit(broker_url())._replace(path=f"/{quote(vhost, safe='')}").geturl(),
         DJANGO_DEBUG="false",
         LOG_LEVEL="WARNING",
     )
     host, port = database_address()
     server = MySQLdb.connect(host=host, port=port, user="root")
     try:
-        vhost_delete()
-        rabbitmqctl("add_vhost", VHOST)
-        rabbitmqctl("set_permissions", "-p", VHOST, "guest", ".*", ".*", ".*")
-        for name in (ORDERS_DB, CREDITS_DB):
+        vhost_delete(vhost)
+        rabbitmqctl("add_vhost", vhost)
+        rabbitmqctl("set_permissions", "-p", vhost, "guest", ".*", ".*", ".*")
+        for name in (orders_db, credits_db):
             server.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
             server.cursor().execute(f"CREATE DATABASE `{name}` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci")
         for database in ("default", "credits"):
@@ -68,16 +72,16 @@ def bench_env():
             )
         yield env
     finally:
-        for name in (ORDERS_DB, CREDITS_DB):
+        for name in (orders_db, credits_db):
             server.cursor().execute(f"DROP DATABASE IF EXISTS `{name}`")
         server.close()
-        vhost_delete()
+        vhost_delete(vhost)
 
 
-def vhost_delete() -> None:
+def vhost_delete(vhost: str) -> None:
     """Delete the bench vhost if it is there (an earlier run that was killed may have left it)."""
     with contextlib.suppress(subprocess.CalledProcessError):
-        rabbitmqctl("delete_vhost", VHOST)
+        rabbitmqctl("delete_vhost", vhost)
 
 
 @pytest.mark.parametrize("bench", BENCHES)

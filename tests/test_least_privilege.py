@@ -8,12 +8,12 @@ import pytest
 from django.db import connections
 
 from credits.models import OrderCredit
-from credits.tests.support import wait_until
 from orders.services import order_create
 from testkit.database_users import ProcessUsers
 from testkit.harness import Cluster
 from testkit.processes import database_address, free_port, service_env
 from testkit.queues import purge_queues
+from testkit.waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -26,7 +26,7 @@ def place_orders(user, n: int) -> set[int]:
 
 
 def wait_credited(order_ids: set[int], cluster: Cluster, *, timeout: float = 60) -> None:
-    wait_until(
+    wait_for(
         lambda: OrderCredit.objects.filter(order_id__in=order_ids).count() == len(order_ids),
         timeout=timeout,
         what=f"{len(order_ids)} credits\n{cluster.logs('credits')}\n{cluster.logs('outbox')}\n{cluster.logs('relay')}",

@@ -1,6 +1,7 @@
 """The restart tests' latency bound: fixed on a quiet machine, relative to the steady orders on a busy one."""
 
-from testkit.harness import Ledger, Stopped
+from testkit.harness import Stopped
+from testkit.load import Ledger
 from testkit.restarts import WARM_UP_SECONDS, Restart, clean_restart_problems
 
 LIMIT = 0.250

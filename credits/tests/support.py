@@ -7,8 +7,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
@@ -22,7 +20,8 @@ from orders.services import order_create
 from outbox.claims import ClaimedMessage
 from outbox.models import TransactionLog
 from outbox.publisher import Publisher
-from testkit.processes import service_env
+from testkit.processes import service_env, stop_processes
+from testkit.waiting import wait_for
 
 CREDITS = "credits"
 
@@ -45,18 +44,6 @@ def publish(*payloads: dict) -> None:
     finally:
         publisher.close()
     assert len(result.confirmed) == len(messages), result.failed or result.broker_error
-
-
-def wait_until(predicate: Callable[[], object], *, timeout: float = 30.0, interval: float = 0.05, what: str = ""):
-    """Return the predicate's first truthy value, polling until the timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what or predicate}")
-        time.sleep(interval)
 
 
 # --- the broker ---------------------------------------------------------------------------------------------------
@@ -241,7 +228,7 @@ class Worker:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
             )
-        wait_until(lambda: self._ready(), timeout=timeout, what=f"worker {self.name} to be ready")
+        wait_for(lambda: self._ready(), timeout=timeout, what=f"worker {self.name} to be ready")
         return self
 
     def _ready(self) -> bool:
@@ -269,12 +256,5 @@ class Worker:
 
     def stop(self) -> None:
         """Stop the worker: a warm shutdown, then SIGKILL to the whole group for anything left."""
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout=15)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=30)
+        if self.process is not None:
+            stop_processes(self.process, grace=15, group=True)

@@ -9,7 +9,8 @@ from django.conf import settings
 from config.celery import app
 from core.contract import AWARD_CREDITS_TASK, CREDITS_QUEUE, RUN_NIGHTLY_TASK
 from credits.models import CreditBalance, DeadLetter, OrderCredit
-from credits.tests.support import place_order, publish, queue_depth, wait_until
+from credits.tests.support import place_order, publish, queue_depth
+from testkit.waiting import wait_for
 
 
 def test_every_task_has_a_soft_then_a_hard_time_limit():
@@ -35,10 +36,10 @@ def test_a_hung_award_is_stopped_at_the_hard_limit_and_its_message_awarded_once_
     db_faults.set(order_id, sleep=6)  # the award's INSERT hangs in the database, past both limits
     publish(payload)
     hard_limit = rf"Hard time limit \([\d.]+s\) exceeded for {re.escape(AWARD_CREDITS_TASK)}"
-    wait_until(lambda: worker.count(hard_limit), timeout=60, what="the hard time limit to stop the award")
+    wait_for(lambda: worker.count(hard_limit), timeout=60, what="the hard time limit to stop the award")
     db_faults.clear(order_id)
     succeeded = rf"Task {re.escape(AWARD_CREDITS_TASK)}\[[^\]]+\] succeeded in [^:]+: '(\w+)'"
-    wait_until(lambda: re.findall(succeeded, worker.log()), timeout=60, what="the message to be awarded")
+    wait_for(lambda: re.findall(succeeded, worker.log()), timeout=60, what="the message to be awarded")
     assert OrderCredit.objects.filter(order_id=order_id).count() == 1
     assert CreditBalance.objects.get(user_id=user.pk).balance == 10
     assert not DeadLetter.objects.exists()

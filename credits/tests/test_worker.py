@@ -18,9 +18,9 @@ from credits.tests.support import (
     publish,
     queue_depth,
     queue_unacknowledged,
-    wait_until,
 )
 from orders.selectors import order_get
+from testkit.waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
@@ -60,7 +60,7 @@ def test_a_duplicate_delivery_is_acknowledged_and_changes_nothing(start_worker, 
     publish(payload)
     publish(payload)
     publish(other_message)
-    wait_until(lambda: len(outcomes(worker)) == 3, what="three deliveries handled")
+    wait_for(lambda: len(outcomes(worker)) == 3, what="three deliveries handled")
     assert sorted(outcomes(worker)) == ["awarded", "duplicate", "duplicate"]
     assert OrderCredit.objects.filter(order_id=order_id).count() == 1
     assert balance(user) == 8
@@ -76,7 +76,7 @@ def test_two_workers_receiving_the_same_message_at_once_award_once(db_faults, st
     publish(payload)
     publish(payload)
     tx = payload["transaction_id"]
-    wait_until(lambda: len(outcomes(first, second)) == 2, what="both deliveries handled")
+    wait_for(lambda: len(outcomes(first, second)) == 2, what="both deliveries handled")
     # Each worker got one copy, and both had it before either finished: they worked on it at the same time.
     assert len(outcomes(first)) == len(outcomes(second)) == 1
     received = max(logged_at(w, "received", tx) for w in (first, second))
@@ -95,7 +95,7 @@ def test_a_worker_killed_mid_award_loses_nothing_and_doubles_nothing(db_faults, 
     db_faults.set(order_id, sleep=3.0)
     worker = start_worker("victim")
     publish(payload)
-    wait_until(db_faults.pausing, what="the award to be inside its transaction")
+    wait_for(db_faults.pausing, what="the award to be inside its transaction")
     if victim == "pool process":
         # The worker's main process sees its child die and rejects the message with requeue (reject_on_worker_lost).
         os.kill(worker.pool_pids()[0], signal.SIGKILL)
@@ -105,7 +105,7 @@ def test_a_worker_killed_mid_award_loses_nothing_and_doubles_nothing(db_faults, 
     assert not OrderCredit.objects.filter(order_id=order_id).exists()
     survivors = [worker] if victim == "pool process" else [start_worker("successor")]
     db_faults.clear(order_id)
-    wait_until(lambda: outcomes(*survivors), timeout=60, what="the redelivered message to be handled")
+    wait_for(lambda: outcomes(*survivors), timeout=60, what="the redelivered message to be handled")
     # The award reached the server as one batch (credits.services.award_batch), which runs on to its COMMIT without
     # the client that sent it: the redelivery finds the credit there, as after a worker killed between commit and
     # acknowledgement.
@@ -123,7 +123,7 @@ def test_a_worker_killed_during_a_burst_loses_nothing_and_doubles_nothing(start_
     payloads = [place_order(user=users[i % 4], total=1 + i % 9)[1] for i in range(4000)]
     worker = start_worker("burst", concurrency=2)
     publish(*payloads)
-    wait_until(lambda: OrderCredit.objects.count() >= 50, timeout=60, what="the burst to be under way")
+    wait_for(lambda: OrderCredit.objects.count() >= 50, timeout=60, what="the burst to be under way")
     worker.kill(signal.SIGKILL)
     if OrderCredit.objects.count() >= len(payloads):
         # Seen since the award became one round trip: the poll above can land after the whole burst on a fast run.
@@ -131,13 +131,14 @@ def test_a_worker_killed_during_a_burst_loses_nothing_and_doubles_nothing(start_
     successor = start_worker("after-burst", concurrency=2)
     # Done when nothing is left to deliver and the successor holds nothing: a redelivered duplicate it prefetched
     # but has not run yet would go back to the queue when it stops.
-    wait_until(
+    wait_for(
         lambda: (
             queue_depth(CREDITS_QUEUE) == 0
             and OrderCredit.objects.count() == len(payloads)
             and queue_unacknowledged(CREDITS_QUEUE) == 0
         ),
         timeout=120,
+        what="every delivery handled once, nothing left on the queue",
     )
     assert_all_acknowledged(successor)
     assert OrderCredit.objects.values("order_id").distinct().count() == len(payloads)
@@ -153,7 +154,7 @@ def test_a_failure_that_recovers_on_the_second_try_awards_once(db_faults, start_
     db_faults.set(order_id, refuse=1)
     worker = start_worker("flaky", **FAST_RETRIES)
     publish(payload)
-    wait_until(lambda: outcomes(worker), what="the award")
+    wait_for(lambda: outcomes(worker), what="the award")
     assert outcomes(worker) == ["awarded"]
     assert len(db_faults.attempts(order_id)) == 2
     assert worker.count(r"retry: Retry in") == 1
@@ -170,10 +171,10 @@ def test_a_database_connection_lost_mid_award_is_tried_again_on_a_new_connection
     db_faults.set(order_id, sleep=2.0)
     worker = start_worker("cut", **FAST_RETRIES)
     publish(payload)
-    (connection_id,) = wait_until(db_faults.pausing, what="the award to be inside its transaction")
+    (connection_id,) = wait_for(db_faults.pausing, what="the award to be inside its transaction")
     db_faults.kill_connection(connection_id)
     db_faults.clear(order_id)
-    wait_until(lambda: outcomes(worker), timeout=60, what="the retried award")
+    wait_for(lambda: outcomes(worker), timeout=60, what="the retried award")
     assert outcomes(worker) == ["awarded"]
     assert worker.count(r"retry: Retry in") == 0, "a lost connection is the database's fault, not the message's"
     assert len({cid for cid, _ in db_faults.attempts(order_id)}) == 2
@@ -190,7 +191,7 @@ def test_a_failure_that_never_recovers_is_dead_lettered_after_the_retries_then_r
     db_faults.set(order_id, refuse=1_000_000)
     worker = start_worker("doomed", **FAST_RETRIES)
     publish(payload)
-    letter = wait_until(lambda: DeadLetter.objects.filter(order_id=order_id).first(), what="the dead letter")
+    letter = wait_for(lambda: DeadLetter.objects.filter(order_id=order_id).first(), what="the dead letter")
 
     # Exactly the configured retries, each after a longer wait than the one before (at least half its ceiling).
     tried_at = [at for _, at in db_faults.attempts(order_id)]
@@ -203,7 +204,7 @@ def test_a_failure_that_never_recovers_is_dead_lettered_after_the_retries_then_r
     assert letter.first_failed_at < letter.last_failed_at
 
     # The broker holds the message itself in credits.dead, routed there by the dead-letter exchange.
-    dead = wait_until(dead_queue_take, what="the message in credits.dead")
+    dead = wait_for(dead_queue_take, what="the message in credits.dead")
     assert len(dead) == 1
     assert dead[0]["kwargs"] == {"message": payload}
     assert dead[0]["headers"]["id"] == payload["transaction_id"]
@@ -234,7 +235,7 @@ def test_malformed_messages_are_dead_lettered_at_once(start_worker, user):
         AWARD_CREDITS_TASK, kwargs={"message": {**payload, "schema_version": 0}}, task_id="m-v0", queue=CREDITS_QUEUE
     )
     app.send_task(AWARD_CREDITS_TASK, args=[payload], task_id="m-args", queue=CREDITS_QUEUE)
-    wait_until(lambda: DeadLetter.objects.count() == 3, what="three dead letters")
+    wait_for(lambda: DeadLetter.objects.count() == 3, what="three dead letters")
     letters = {d.message_id: d for d in DeadLetter.objects.all()}
     assert {k: (d.reason, d.attempts) for k, d in letters.items()} == {
         "m-total": ("malformed", 1),
@@ -242,9 +243,9 @@ def test_malformed_messages_are_dead_lettered_at_once(start_worker, user):
         "m-args": ("malformed", 1),
     }
     assert letters["m-args"].payload == {"args": [payload], "kwargs": {}}
-    dead = wait_until(lambda: (taken := dead_queue_take()) and taken, what="credits.dead")
+    dead = wait_for(lambda: (taken := dead_queue_take()) and taken, what="credits.dead")
     while len(dead) < 3:
-        dead += wait_until(dead_queue_take, what="credits.dead")
+        dead += wait_for(dead_queue_take, what="credits.dead")
     assert sorted((m["headers"]["id"], m["headers"]["retries"]) for m in dead) == [
         ("m-args", 0),
         ("m-total", 0),
@@ -268,10 +269,10 @@ def test_a_newer_version_never_reaches_a_consumer_that_does_not_accept_it_until_
     publish(payload)
     time.sleep(1)
     assert worker.count(r"award_credits\[\w+\] received") == 0, "the message waits in credits.v2"
-    letter = wait_until(lambda: DeadLetter.objects.first(), what="the dead letter")
+    letter = wait_for(lambda: DeadLetter.objects.first(), what="the dead letter")
     assert (letter.reason, letter.attempts) == ("version_not_supported", 1)
     assert "took it from credits.v2" in letter.error
-    (dead,) = wait_until(dead_queue_take, what="credits.dead")
+    (dead,) = wait_for(dead_queue_take, what="credits.dead")
     assert dead["headers"]["retries"] == 0
     assert worker.count(r"award_credits\[\w+\] received") == 1
     assert worker.count(r"failed \(\w+\), retry") == 0, "no retry spent"
@@ -283,7 +284,7 @@ def test_balance_equals_the_sum_of_entries_after_a_concurrent_burst_for_one_user
     payloads = [place_order(user=user, total=1 + i % 50)[1] for i in range(300)]
     workers = [start_worker("burst-a", concurrency=2), start_worker("burst-b", concurrency=2)]
     publish(*[message for payload in payloads for message in (payload, payload)])  # each twice, back to back
-    wait_until(lambda: len(outcomes(*workers)) == 2 * len(payloads), timeout=120, what="every delivery handled")
+    wait_for(lambda: len(outcomes(*workers)) == 2 * len(payloads), timeout=120, what="every delivery handled")
     assert sorted(set(outcomes(*workers))) == ["awarded", "duplicate"]
     assert outcomes(*workers).count("awarded") == len(payloads)
     entries = OrderCredit.objects.filter(user_id=user.pk)

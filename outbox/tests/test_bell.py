@@ -15,6 +15,7 @@ from outbox import bell, wakeup
 from outbox.tasks import sweep
 from outbox.tests.support import BASE_DIR, PYTHON
 from testkit.processes import service_env
+from testkit.waiting import wait_for
 
 
 def raw_client():
@@ -28,13 +29,6 @@ def key(name: str) -> str:
 
 def heartbeat_present() -> bool:
     return bool(raw_client().exists(key(bell.HEARTBEAT_KEY)))
-
-
-def wait_until(condition, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return condition()
 
 
 @pytest.fixture
@@ -161,9 +155,11 @@ def start_relay(**env: str) -> subprocess.Popen:
         stderr=subprocess.PIPE,
         text=True,
     )
-    if not wait_until(heartbeat_present, timeout=30):
+    try:
+        wait_for(heartbeat_present, timeout=30, what="the relay to listen for the bell")
+    except AssertionError:
         relay.kill()
-        raise AssertionError(f"the relay never listened: {relay.communicate()}")
+        raise AssertionError(f"the relay never listened: {relay.communicate()}") from None
     return relay
 
 
@@ -212,13 +208,13 @@ def test_a_killed_loop_loses_its_rings_to_the_sweep_then_the_web_sends_tasks(use
     assert heartbeat_present()  # a SIGKILL leaves the heartbeat until it expires
 
     lost = order_create(user=user, goods_name="tea", total=2)
-    assert wait_until(lambda: waker.rung == 1, timeout=10)
+    wait_for(lambda: waker.rung == 1, timeout=10, what="the bell rung once")
     assert waker.sent == 0 and credits_queue.count() == 0
 
     assert sweep() == 1  # beat's safety net relays what the dead loop was rung for
     assert [m.properties["message_id"] for m in credits_queue.get_all()] == [lost.order.transaction_id]
 
-    assert wait_until(lambda: not heartbeat_present(), timeout=bell.HEARTBEAT_TTL_SECONDS + 5)
+    wait_for(lambda: not heartbeat_present(), timeout=bell.HEARTBEAT_TTL_SECONDS + 5, what="the heartbeat to expire")
     order_create(user=user, goods_name="tea", total=3)
     assert outbox_queue.wait_for(1) == 1
     assert (waker.rung, waker.sent) == (1, 1)

@@ -20,17 +20,9 @@ from outbox.publisher import Publisher
 from outbox.tests.support import BASE_DIR, PYTHON
 from testkit.broker_proxy import closed_port_url
 from testkit.processes import service_env
+from testkit.waiting import wait_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
-
-
-def wait_until(condition, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def test_relay_loop_backs_off_during_an_outage_and_drains_when_the_broker_returns(
@@ -58,9 +50,11 @@ def test_relay_loop_backs_off_during_an_outage_and_drains_when_the_broker_return
         assert len(outage_warnings) == 1, [r.getMessage() for r in caplog.records]
 
         broker_proxy.up()
-        assert wait_until(lambda: credits_queue.count() == 300, timeout=30)
-        assert wait_until(
-            lambda: TransactionLog.objects.filter(status=TransactionLog.Status.PUBLISHED).count() == 300, timeout=10
+        wait_for(lambda: credits_queue.count() == 300, timeout=30, what="300 messages in the credits queue")
+        wait_for(
+            lambda: TransactionLog.objects.filter(status=TransactionLog.Status.PUBLISHED).count() == 300,
+            timeout=10,
+            what="300 rows marked published",
         )
     finally:
         stop.set()
@@ -108,7 +102,7 @@ def test_orders_are_accepted_quickly_while_the_broker_is_down(user, monkeypatch,
         wake_timings.append(time.perf_counter() - started)
     assert statistics.median(wake_timings) < 0.001, wake_timings
     assert statistics.median(timings) < 0.1, timings
-    assert wait_until(lambda: any("unreachable" in r.getMessage() for r in caplog.records), timeout=5)
+    wait_for(lambda: any("unreachable" in r.getMessage() for r in caplog.records), timeout=5, what="the outage logged")
     assert down.sent == 0
     time.sleep(0.5)
     assert sum("unreachable" in r.getMessage() for r in caplog.records) == 1
@@ -134,7 +128,7 @@ def test_broker_lost_in_the_middle_of_a_backlog_loses_nothing_and_drains_on_retu
     thread = threading.Thread(target=relay)
     thread.start()
     try:
-        assert wait_until(lambda: credits_queue.count() >= 300, timeout=30)
+        wait_for(lambda: credits_queue.count() >= 300, timeout=30, what="300 messages in the credits queue")
         broker_proxy.down()
     finally:
         thread.join(timeout=60)
@@ -177,7 +171,7 @@ def test_relay_loop_heals_a_database_connection_killed_between_drains_without_an
     caplog.set_level(logging.WARNING, logger="outbox.loop")
     loop.start()
     try:
-        assert wait_until(lambda: credits_queue.count() == 3, timeout=10)
+        wait_for(lambda: credits_queue.count() == 3, timeout=10, what="3 messages in the credits queue")
         with connections["default"].cursor() as cursor:
             cursor.execute(
                 "SELECT id FROM information_schema.processlist WHERE db = DATABASE() AND id != CONNECTION_ID()"
@@ -185,7 +179,7 @@ def test_relay_loop_heals_a_database_connection_killed_between_drains_without_an
             for (thread_id,) in cursor.fetchall():
                 cursor.execute(f"KILL CONNECTION {int(thread_id)}")
         second = make_rows(3)
-        assert wait_until(lambda: credits_queue.count() == 6, timeout=10)
+        wait_for(lambda: credits_queue.count() == 6, timeout=10, what="6 messages in the credits queue")
     finally:
         stop.set()
         loop.join(timeout=30)

@@ -17,7 +17,7 @@ from outbox.ids import new_transaction_id
 from outbox.publisher import Publisher
 from outbox.services import message_create, messages_retry_now
 from outbox.tests.support import BASE_DIR, PYTHON
-from testkit.processes import service_env
+from testkit.processes import service_env, stop_processes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -43,12 +43,7 @@ def settle(waker: wakeup.RelayWaker, quiet: float = 0.5, timeout: float = 10.0) 
 
 def stop_worker(worker: subprocess.Popen) -> None:
     """Stop a Celery worker subprocess: SIGTERM (warm shutdown), SIGKILL if it lingers."""
-    worker.terminate()
-    try:
-        worker.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        worker.kill()
-        worker.wait()
+    stop_processes(worker, grace=15)
 
 
 def test_a_committed_order_sends_one_relay_task(user, waker, outbox_queue):

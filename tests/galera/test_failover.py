@@ -12,9 +12,11 @@ import pytest
 
 from accounts.services import api_token_create
 from testkit.galera_cluster import GALERA_CLUSTER_GROUP
-from testkit.harness import Cluster, Ledger, OrderStream, Reconciliation, wait_for_credits
+from testkit.harness import Cluster
+from testkit.load import Ledger, OrderStream
 from testkit.processes import free_port, service_env
 from testkit.queues import purge_queues
+from testkit.reconcile import Reconciliation, wait_for_credits
 from testkit.silence import iptables_available
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.xdist_group(GALERA_CLUSTER_GROUP)]

@@ -19,13 +19,20 @@ from core.contract import (
     QUEUE_TYPE_QUORUM,
 )
 from credits.models import DeadLetter, OrderCredit
-from credits.tests.support import DatabaseFaults, Worker, place_order, wait_until
+from credits.tests.support import DatabaseFaults, Worker, place_order
 from outbox.claims import ClaimedMessage
 from outbox.publisher import Publisher
 from testkit.broker_proxy import BrokerProxy
 from testkit.processes import database_address, database_url, free_port
+from testkit.waiting import wait_for
+from testkit.workers import RABBITMQ_CLUSTER_GROUP
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+# On the three-node cluster's fixed ports: one worker runs every such test.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.xdist_group(RABBITMQ_CLUSTER_GROUP),
+]
 
 MAX_RETRIES = 2
 V2_QUEUE = "credits.v2"
@@ -114,7 +121,7 @@ def test_a_credits_worker_starts_where_the_other_queues_were_never_declared(quor
     start_worker()
     order_id, payload = place_order(user=user, total=4)
     publish(cluster.broker_url, payload)
-    wait_until(lambda: OrderCredit.objects.filter(order_id=order_id).exists(), timeout=30, what="the award")
+    wait_for(lambda: OrderCredit.objects.filter(order_id=order_id).exists(), timeout=30, what="the award")
 
 
 def test_a_retry_waits_in_the_broker_not_in_the_worker(quorum, user):
@@ -123,10 +130,10 @@ def test_a_retry_waits_in_the_broker_not_in_the_worker(quorum, user):
     order_id, payload = place_order(user=user, total=5)
     faults.set(order_id, refuse=1)
     publish(cluster.broker_url, payload)
-    wait_until(lambda: worker.count(r"retry 1 in") == 1, timeout=30, what="the first attempt to fail")
+    wait_for(lambda: worker.count(r"retry 1 in") == 1, timeout=30, what="the first attempt to fail")
     # The retry sits in a celery_delayed_* queue: the broker holds it, not the worker (an ETA task on classic queues).
     assert delayed_messages(cluster.broker_url) == 1
-    wait_until(lambda: OrderCredit.objects.filter(order_id=order_id).exists(), timeout=30, what="the award")
+    wait_for(lambda: OrderCredit.objects.filter(order_id=order_id).exists(), timeout=30, what="the award")
     assert OrderCredit.objects.get(order_id=order_id).amount == 10
     assert not DeadLetter.objects.exists()
 
@@ -137,10 +144,10 @@ def test_a_message_failing_every_time_ends_in_credits_dead_with_its_dead_letter_
     order_id, payload = place_order(user=user, total=2)
     faults.set(order_id, refuse=100)
     publish(cluster.broker_url, payload)
-    dead = wait_until(lambda: DeadLetter.objects.first(), timeout=60, what="the dead letter row")
+    dead = wait_for(lambda: DeadLetter.objects.first(), timeout=60, what="the dead letter row")
     assert dead.attempts == MAX_RETRIES + 1
     assert dead.reason == DeadLetter.Reason.DEADLOCK
-    messages = wait_until(lambda: dead_messages(cluster.broker_url), timeout=10, what="the message in credits.dead")
+    messages = wait_for(lambda: dead_messages(cluster.broker_url), timeout=10, what="the message in credits.dead")
     assert [kwargs["message"]["order_id"] for _headers, kwargs in messages] == [order_id]
     assert not OrderCredit.objects.filter(order_id=order_id).exists()
 
@@ -150,7 +157,7 @@ def requeue(broker_url: str, times: int) -> None:
     with Connection(broker_url) as conn:
         channel = conn.default_channel
         for _ in range(times):
-            message = wait_until(lambda: channel.basic_get(CREDITS_QUEUE), timeout=10, what="the credits message")
+            message = wait_for(lambda: channel.basic_get(CREDITS_QUEUE), timeout=10, what="the credits message")
             channel.basic_reject(message.delivery_tag, requeue=True)
 
 
@@ -160,10 +167,10 @@ def test_a_message_redelivered_past_the_retry_limit_is_dead_lettered_with_its_ro
     publish(cluster.broker_url, payload)
     requeue(cluster.broker_url, MAX_RETRIES + 1)
     start_worker()
-    dead = wait_until(lambda: DeadLetter.objects.first(), timeout=60, what="the dead letter row")
+    dead = wait_for(lambda: DeadLetter.objects.first(), timeout=60, what="the dead letter row")
     assert dead.reason == DeadLetter.Reason.UNEXPECTED
     assert f"delivered {MAX_RETRIES + 2} times" in dead.error
-    messages = wait_until(lambda: dead_messages(cluster.broker_url), timeout=10, what="the message in credits.dead")
+    messages = wait_for(lambda: dead_messages(cluster.broker_url), timeout=10, what="the message in credits.dead")
     assert [kwargs["message"]["order_id"] for _headers, kwargs in messages] == [order_id]
     assert not OrderCredit.objects.filter(order_id=order_id).exists()
 
@@ -173,7 +180,7 @@ def test_the_broker_dead_letters_a_message_redelivered_once_more_and_drops_nothi
     order_id, payload = place_order(user=user, total=2)
     publish(cluster.broker_url, payload)
     requeue(cluster.broker_url, MAX_RETRIES + 2)
-    messages = wait_until(lambda: dead_messages(cluster.broker_url), timeout=10, what="the message in credits.dead")
+    messages = wait_for(lambda: dead_messages(cluster.broker_url), timeout=10, what="the message in credits.dead")
     [(headers, kwargs)] = messages
     assert headers["x-first-death-reason"] == "delivery_limit"
     assert kwargs["message"]["order_id"] == order_id
@@ -191,11 +198,9 @@ def test_a_credits_database_outage_spends_no_delivery_and_makes_no_dead_letter(q
         order_id, payload = place_order(user=user, total=5)
         publish(rabbit.broker_url, payload)
         # More times back on the queue than the delivery limit (MAX_RETRIES + 1) would allow deliveries.
-        wait_until(
-            lambda: worker.count("put back on the queue") > MAX_RETRIES + 2, timeout=90, what="outage republishes"
-        )
+        wait_for(lambda: worker.count("put back on the queue") > MAX_RETRIES + 2, timeout=90, what="outage republishes")
         proxy.up()
-        wait_until(lambda: OrderCredit.objects.filter(order_id=order_id).exists(), timeout=60, what="the credit")
+        wait_for(lambda: OrderCredit.objects.filter(order_id=order_id).exists(), timeout=60, what="the credit")
     finally:
         proxy.down()
     assert OrderCredit.objects.get(order_id=order_id).amount == 10
@@ -219,7 +224,7 @@ def test_a_newer_version_waits_in_its_queue_for_a_consumer_that_knows_it(quorum,
         assert conn.default_channel.queue_declare(V2_QUEUE, passive=True).message_count == 1
     assert old.count(r"award_credits\[\w+\] received") == 0
     new = start_worker(CREDITS_ACCEPTED_MESSAGE_VERSIONS="1,2")
-    wait_until(lambda: OrderCredit.objects.filter(order_id=order_id).exists(), timeout=60, what="the award")
+    wait_for(lambda: OrderCredit.objects.filter(order_id=order_id).exists(), timeout=60, what="the award")
     assert OrderCredit.objects.get(order_id=order_id).ordered_at is not None
     assert new.count(r"retry 1 in") == 1, "the retry went through credits.v2 to the consumer that accepts it"
     assert old.count(r"award_credits\[\w+\] received") == 0
@@ -234,9 +239,9 @@ def test_a_newer_version_nobody_takes_is_dead_lettered_once_its_time_to_live_run
     start_worker(CREDITS_ACCEPTED_MESSAGE_VERSIONS="1")
     order_id, payload = place_order(user=user, total=5)
     publish(cluster.broker_url, payload, queue=V2_QUEUE)
-    dead = wait_until(lambda: DeadLetter.objects.first(), timeout=60, what="the dead letter row")
+    dead = wait_for(lambda: DeadLetter.objects.first(), timeout=60, what="the dead letter row")
     assert (dead.reason, dead.attempts, dead.order_id) == (DeadLetter.Reason.VERSION_NOT_SUPPORTED, 1, order_id)
     assert "took it from credits.v2" in dead.error
-    messages = wait_until(lambda: dead_messages(cluster.broker_url), timeout=10, what="the message in credits.dead")
+    messages = wait_for(lambda: dead_messages(cluster.broker_url), timeout=10, what="the message in credits.dead")
     assert [(headers["retries"], kwargs["message"]["order_id"]) for headers, kwargs in messages] == [(0, order_id)]
     assert not OrderCredit.objects.exists()

@@ -15,7 +15,8 @@ from django.db import connections
 from accounts.services import api_token_create
 from core.contract import CREDITS_DEAD_QUEUE
 from credits.tests.support import queue_depth
-from testkit.harness import LATENCY_NOISE_FACTOR, Ledger, OrderStream, wait_for_credits, wait_until_credited
+from testkit.load import LATENCY_NOISE_FACTOR, Ledger, OrderStream
+from testkit.reconcile import wait_for_credits, wait_until_credited
 
 pytestmark = pytest.mark.slow
 

@@ -18,18 +18,15 @@ from config.celery import app
 from core.contract import AWARD_CREDITS_TASK, CREDITS_QUEUE
 from credits.models import OrderCredit
 from orders.models import Order
-from testkit.harness import (
-    ROOT,
-    Ledger,
-    OrderStream,
-    kill_database_connections,
-    rabbitmqctl,
-    wait_for_credits,
-    wait_until_published,
-)
+from testkit.db_faults import kill_database_connections
+from testkit.harness import ROOT
+from testkit.load import Ledger, OrderStream
+from testkit.queues import rabbitmqctl
+from testkit.reconcile import wait_for_credits, wait_until_published
 from testkit.waiting import wait_for
 
-pytestmark = pytest.mark.slow
+# Stops the system broker every test worker shares: exclusive, so no other test is running then.
+pytestmark = [pytest.mark.slow, pytest.mark.exclusive]
 
 RATE = 20  # orders per second, across all clients
 DRAIN_LIMIT_SECONDS = 60
@@ -75,7 +72,7 @@ def run_nightly(cluster, day: str) -> dict:
     return json.loads((cluster.workdir / "reports" / day / "consistency.json").read_text())
 
 
-def test_nothing_lost_or_doubled_under_faults(cluster, make_user, capsys):
+def test_nothing_lost_or_doubled_under_faults(cluster, make_user, capsys, shared_services_lock):
     users = [make_user(f"reliability{i}") for i in range(4)]
     user_ids = [u.pk for u in users]
     tokens = [api_token_create(user=u)[1] for u in users]
@@ -94,13 +91,14 @@ def test_nothing_lost_or_doubled_under_faults(cluster, make_user, capsys):
         time.sleep(1)
         cluster.start("relay")
         time.sleep(3)
-        down_at = time.monotonic()
-        rabbitmqctl("stop_app")
-        faults.append("rabbitmqctl stop_app")
-        time.sleep(6)
-        rabbitmqctl("start_app")
-        broker_down = (down_at, time.monotonic())
-        faults.append("rabbitmqctl start_app")
+        with shared_services_lock.exclusive():
+            down_at = time.monotonic()
+            rabbitmqctl("stop_app")
+            faults.append("rabbitmqctl stop_app")
+            time.sleep(6)
+            rabbitmqctl("start_app")
+            broker_down = (down_at, time.monotonic())
+            faults.append("rabbitmqctl start_app")
         time.sleep(4)
         faults.append(f"KILL database connections: {kill_database_connections(connection.settings_dict['NAME'])}")
         time.sleep(3)

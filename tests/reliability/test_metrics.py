@@ -1,7 +1,6 @@
 """/metrics from a real gunicorn in multiprocess mode carries every metric docs/OPERATIONS.md lists."""
 
 import re
-import socket
 
 import pytest
 import requests
@@ -12,6 +11,7 @@ from analytics.models import NightlyRun
 from credits.models import DeadLetter
 from credits.services import dead_letter_record
 from testkit.harness import ROOT
+from testkit.processes import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -20,12 +20,6 @@ def documented_metrics() -> set[str]:
     # The "Metrics" table, up to the next section (the alerts table after it names alerts, not metrics).
     section = (ROOT / "docs" / "OPERATIONS.md").read_text().split("### Metrics", 1)[1].split("\n## ", 1)[0]
     return set(re.findall(r"^\| `(\w+)` \|", section, flags=re.MULTILINE))
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_every_documented_metric_is_scraped_from_gunicorn_in_multiprocess_mode(cluster):

@@ -17,7 +17,8 @@ from django.core.management import call_command
 from django.db import connections
 
 from accounts.services import api_token_create
-from testkit.harness import LATENCY_NOISE_FACTOR, Ledger, OrderStream, wait_for_credits
+from testkit.load import LATENCY_NOISE_FACTOR, Ledger, OrderStream
+from testkit.reconcile import wait_for_credits
 
 pytestmark = pytest.mark.slow
 

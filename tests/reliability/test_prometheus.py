@@ -11,9 +11,11 @@ import pytest
 
 from accounts.services import api_token_create
 from credits.models import OrderCredit
-from testkit.harness import Cluster, Ledger, OrderStream, wait_until_credited
+from testkit.harness import Cluster
+from testkit.load import Ledger, OrderStream
 from testkit.processes import free_port, service_env
 from testkit.prometheus_server import PrometheusServer
+from testkit.reconcile import wait_until_credited
 from testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow

@@ -1,7 +1,6 @@
 """The order rate limit holds across gunicorn worker processes: they count in the one shared Redis."""
 
 import random
-import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -11,17 +10,12 @@ from django.contrib.auth import get_user_model
 
 from accounts.services import api_token_create
 from orders.models import Order
+from testkit.processes import free_port
 
 pytestmark = pytest.mark.slow
 
 LIMIT = 10
 BURST = 40
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def test_a_burst_across_four_workers_gets_exactly_the_limit(cluster):

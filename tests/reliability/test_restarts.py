@@ -21,8 +21,9 @@ from accounts.services import api_token_create
 from analytics.models import NightlyRun
 from analytics.runs import lock_name
 from outbox.models import TransactionLog
-from testkit.harness import Backends, Ledger, OrderStream, wait_for_credits
+from testkit.load import Backends, Ledger, OrderStream
 from testkit.processes import free_port
+from testkit.reconcile import wait_for_credits
 from testkit.restarts import (
     RESTART_P99_LIMIT_SECONDS,
     Restart,

@@ -23,11 +23,15 @@ from kombu import Connection
 
 from accounts.services import api_token_create
 from core.contract import CREDITS_DEAD_QUEUE, QUEUE_TYPE_QUORUM
-from testkit.harness import Cluster, Ledger, OrderStream, wait_for_credits, wait_until_credited
+from testkit.harness import Cluster
+from testkit.load import Ledger, OrderStream
 from testkit.processes import free_port
+from testkit.reconcile import wait_for_credits, wait_until_credited
 from testkit.releases import BEFORE_VERSION_ROUTING, release_checkout
+from testkit.workers import RABBITMQ_CLUSTER_GROUP
 
-pytestmark = pytest.mark.slow
+# The quorum variant runs on the three-node cluster's fixed ports: one worker runs every such test.
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(RABBITMQ_CLUSTER_GROUP)]
 
 RATE = 5  # orders per second, per message version
 PHASE_SECONDS = 6

@@ -16,9 +16,11 @@ import pytest
 from django.db import connections
 
 from accounts.services import api_token_create
-from testkit.harness import Cluster, HealthProbe, Ledger, OrderStream, wait_for_credits
+from testkit.harness import Cluster
+from testkit.load import HealthProbe, Ledger, OrderStream
 from testkit.processes import database_address, database_url, free_port, service_env
 from testkit.queues import purge_queues
+from testkit.reconcile import wait_for_credits
 from testkit.silence import SilentLink, iptables_available
 
 pytestmark = [

@@ -21,9 +21,11 @@ from accounts.services import api_token_create
 from config.celery import app
 from credits.models import OrderCredit
 from outbox.models import TransactionLog
-from testkit.harness import Cluster, HealthProbe, Ledger, OrderStream, wait_for_credits, wait_until_published
+from testkit.harness import Cluster
+from testkit.load import HealthProbe, Ledger, OrderStream
 from testkit.processes import broker_url, free_port, service_env
 from testkit.queues import purge_queues
+from testkit.reconcile import wait_for_credits, wait_until_published
 from testkit.silence import SilentLink, drop_leftover_rules, iptables_available
 
 pytestmark = [

@@ -7,7 +7,6 @@ dead-lettered and then replayed from the admin.
 
 import json
 import re
-import socket
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -23,8 +22,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 from accounts.services import api_token_create
 from credits.models import DeadLetter, OrderCredit
 from credits.services import credit_balance_ensure
-from credits.tests.support import DatabaseFaults, wait_until
+from credits.tests.support import DatabaseFaults
 from outbox.models import TransactionLog
+from testkit.processes import free_port
+from testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -89,12 +90,6 @@ class Collector:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def ancestors(span: dict, by_id: dict[str, dict]) -> Iterator[dict]:
@@ -175,19 +170,19 @@ def test_one_trace_from_order_request_to_credit_through_retry_and_replay(cluster
         faults.set(dead["id"], refuse=100)
         cluster.start("relay")
 
-        wait_until(
+        wait_for(
             lambda: OrderCredit.objects.filter(order_id__in=[awarded["id"], retried["id"]]).count() == 2,
             timeout=120,
             what="the first two credits",
         )
-        letter = wait_until(
+        letter = wait_for(
             lambda: DeadLetter.objects.filter(order_id=dead["id"], status=DeadLetter.Status.OPEN).first(),
             timeout=120,
             what="the third order's dead letter",
         )
         faults.clear(dead["id"])
         admin_replay(cluster.base_url, username="operator", password="operator-password-1", dead_letter_id=letter.pk)
-        wait_until(lambda: OrderCredit.objects.filter(order_id=dead["id"]).exists(), timeout=60, what="the replay")
+        wait_for(lambda: OrderCredit.objects.filter(order_id=dead["id"]).exists(), timeout=60, what="the replay")
     finally:
         faults.remove()
 
@@ -203,7 +198,7 @@ def test_one_trace_from_order_request_to_credit_through_retry_and_replay(cluster
         inserts = [s for s in spans if credit_insert in s["attributes"].get("db.statement", "")]
         return len(inserts) >= 3 and any(s["name"] == "credits.dead_letter.replay" for s in spans)
 
-    spans = wait_until(lambda: complete(collector.snapshot()) and collector.snapshot(), timeout=60, what="the spans")
+    spans = wait_for(lambda: complete(collector.snapshot()) and collector.snapshot(), timeout=60, what="the spans")
     by_id = {s["span_id"]: s for s in spans}
     inserts = [s for s in spans if credit_insert in s["attributes"].get("db.statement", "")]
 

@@ -1,0 +1,96 @@
+"""What keeps parallel test workers (pytest-xdist) apart: names of their own, and a lock for what they share.
+
+Each worker gets its own test databases (pytest-django suffixes their names with the worker id), its own RabbitMQ
+vhost and its own cache key prefix in Redis (conftest.py, `worker_services`), and every port it opens comes from
+`testkit.processes.free_port`. Tests on fixed ports (the RabbitMQ and Spark clusters) or one JVM (the shared
+SparkSession) run on one worker by `xdist_group`. What cannot be made private is the system broker itself: a test
+that stops it takes `SharedServicesLock` exclusively, every other test takes it shared.
+"""
+
+import contextlib
+import fcntl
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote, unquote, urlsplit
+
+# Groups of tests that run on one worker, one after another (pytest-xdist's `xdist_group`, with --dist loadgroup):
+# those on the three-node RabbitMQ cluster's fixed ports (scripts/rabbitmq_cluster.sh), and the Spark tests, which
+# share one SparkSession (one JVM, warmed once) and the standalone cluster's fixed ports (testkit/spark_cluster.py).
+RABBITMQ_CLUSTER_GROUP = "rabbitmq-cluster"
+SPARK_GROUP = "spark"
+# The id pytest-xdist gives a worker process (gw0, gw1, ...); absent in a run without workers.
+WORKER_VARIABLE = "PYTEST_XDIST_WORKER"
+
+
+def worker_id() -> str | None:
+    """Return this process's pytest-xdist worker id, or None outside a parallel run."""
+    return os.environ.get(WORKER_VARIABLE)
+
+
+def worker_vhost(broker_url: str, worker: str) -> str:
+    """Return the vhost a worker uses: the run's own vhost (the URL's path) suffixed with the worker id."""
+    base = unquote(urlsplit(broker_url.split(";")[0]).path[1:]).strip("/") or "default"
+    return f"{base}-{worker}"
+
+
+def with_vhost(broker_url: str, vhost: str) -> str:
+    """Return `broker_url` (one URL or a failover list joined by ';') with every URL naming `vhost`."""
+    return ";".join(urlsplit(url)._replace(path=f"/{quote(vhost, safe='')}").geturl() for url in broker_url.split(";"))
+
+
+class SharedServicesLock:
+    """A readers-writer lock across the worker processes of one run, on two files (fcntl.flock).
+
+    Readers take the data lock shared; a writer takes it exclusively. flock favours no one, so a writer waiting behind
+    a stream of overlapping readers could wait for the whole run: a writer first holds the turnstile, which every
+    reader passes through before it takes the data lock, so readers that arrive after a writer wait behind it.
+
+    A writer disturbs what the others keep between their tests (a connection to the broker it stopped, pooled in the
+    worker's Celery app): each writer counts one more disturbance in a third file, and `shared()` says whether the
+    count moved since this object last looked.
+    """
+
+    def __init__(self, directory: Path):
+        directory.mkdir(parents=True, exist_ok=True)
+        self.turnstile_path = directory / "shared-services.turnstile"
+        self.data_path = directory / "shared-services.lock"
+        self.disturbances_path = directory / "shared-services.disturbances"
+        self._disturbances_seen = self._disturbances()
+
+    @contextlib.contextmanager
+    def shared(self) -> Iterator[bool]:
+        """Hold the lock shared; yield whether a writer disturbed the shared services since this object last looked."""
+        with self._locked(fcntl.LOCK_SH, hold_turnstile=False):
+            seen, self._disturbances_seen = self._disturbances_seen, self._disturbances()
+            yield self._disturbances_seen != seen
+
+    @contextlib.contextmanager
+    def exclusive(self) -> Iterator[None]:
+        """Hold the lock exclusively, while no other worker is inside a test; count a disturbance."""
+        with self._locked(fcntl.LOCK_EX, hold_turnstile=True):
+            try:
+                yield
+            finally:
+                self.disturbances_path.write_text(str(self._disturbances() + 1))
+
+    def _disturbances(self) -> int:
+        try:
+            return int(self.disturbances_path.read_text() or 0)
+        except FileNotFoundError:
+            return 0
+
+    @contextlib.contextmanager
+    def _locked(self, mode: int, *, hold_turnstile: bool) -> Iterator[None]:
+        with open(self.turnstile_path, "a") as turnstile, open(self.data_path, "a") as data:
+            fcntl.flock(turnstile, fcntl.LOCK_EX)
+            try:
+                fcntl.flock(data, mode)
+            finally:
+                if not hold_turnstile:
+                    fcntl.flock(turnstile, fcntl.LOCK_UN)
+            try:
+                yield
+            finally:
+                fcntl.flock(data, fcntl.LOCK_UN)
+                fcntl.flock(turnstile, fcntl.LOCK_UN)

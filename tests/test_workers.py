@@ -1,0 +1,97 @@
+"""Parallel test workers stay apart: each its own vhost and cache prefix, and the shared-services lock is exclusive."""
+
+import subprocess
+import sys
+import time
+
+import pytest
+from django.conf import settings
+from django.core.cache import cache
+from kombu import Connection
+
+from config.celery import app
+from testkit.harness import ROOT
+from testkit.processes import service_env
+from testkit.workers import SharedServicesLock, with_vhost, worker_id, worker_vhost
+
+
+def test_a_worker_vhost_is_the_runs_own_suffixed_with_the_worker_id():
+    assert worker_vhost("amqp://guest:guest@127.0.0.1:5672/xdist", "gw1") == "xdist-gw1"
+    assert worker_vhost("amqp://guest:guest@127.0.0.1:5672//", "gw0") == "default-gw0"
+
+
+def test_every_url_of_a_failover_list_names_the_vhost():
+    urls = "amqp://a:b@127.0.0.1:5701/x;amqp://a:b@127.0.0.1:5702/x"
+    assert with_vhost(urls, "x-gw2") == "amqp://a:b@127.0.0.1:5701/x-gw2;amqp://a:b@127.0.0.1:5702/x-gw2"
+
+
+@pytest.mark.skipif(worker_id() is None, reason="only a parallel run has workers")
+def test_this_worker_publishes_and_caches_under_its_own_names():
+    worker = worker_id()
+    assert settings.CELERY_BROKER_URL.endswith(f"-{worker}")
+    assert service_env()["CELERY_BROKER_URL"] == settings.CELERY_BROKER_URL
+    with app.connection_for_write() as conn, Connection(settings.CELERY_BROKER_URL) as own:
+        assert conn.as_uri(include_password=False) == own.as_uri(include_password=False)
+        conn.ensure_connection(max_retries=1)
+    assert service_env()["CACHE_KEY_PREFIX"].endswith(f"-{worker}")
+    assert cache.make_key("k").startswith("test-")  # and each test its own prefix within it (conftest.py)
+
+
+# A reader in another process: takes the lock shared, says so on stdout, holds it for the given seconds.
+READER = """
+import sys, time
+from pathlib import Path
+from testkit.workers import SharedServicesLock
+with SharedServicesLock(Path(sys.argv[1])).shared():
+    print("held", flush=True)
+    time.sleep(float(sys.argv[2]))
+"""
+
+
+def reader(directory, seconds: float) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", READER, str(directory), str(seconds)], cwd=ROOT, stdout=subprocess.PIPE, text=True
+    )
+
+
+def test_the_exclusive_lock_waits_for_a_shared_holder_and_holds_new_readers_back(tmp_path):
+    lock = SharedServicesLock(tmp_path)
+    early = reader(tmp_path, 1.0)
+    try:
+        assert early.stdout.readline() == "held\n"
+        began = time.monotonic()
+        with lock.exclusive():
+            waited = time.monotonic() - began
+            late = reader(tmp_path, 0)
+            time.sleep(0.5)
+            assert late.poll() is None  # a reader arriving now waits behind the writer
+        assert late.stdout.readline() == "held\n"
+        assert late.wait(30) == 0
+    finally:
+        early.wait(30)
+    assert waited >= 0.5
+
+
+def test_a_reader_learns_once_that_a_writer_disturbed_the_services_since_it_last_looked(tmp_path):
+    reader, writer = SharedServicesLock(tmp_path), SharedServicesLock(tmp_path)
+    with reader.shared() as disturbed:
+        assert not disturbed
+    with writer.exclusive():
+        pass
+    with reader.shared() as disturbed:
+        assert disturbed
+    with reader.shared() as disturbed:
+        assert not disturbed
+
+
+def test_dropped_broker_connections_are_opened_anew():
+    from testkit.queues import broker_connections_drop
+
+    with app.pool.acquire(block=True) as pooled:
+        pooled.ensure_connection(max_retries=1)
+        before = pooled.connection  # as if the broker stopped since: reset, though the pool cannot tell
+    broker_connections_drop()
+    with app.pool.acquire(block=True) as pooled:
+        pooled.ensure_connection(max_retries=1)
+        assert pooled.connection is not before
+    assert app.control.ping(timeout=0.1) == []  # no worker answers; the broadcast itself goes out
