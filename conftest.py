@@ -124,6 +124,9 @@ def pytest_runtest_protocol(item, nextitem):
     dropped before the next test, which would otherwise write to one and fail."""
     if worker_id() is None or item.get_closest_marker("exclusive"):
         return (yield)
+    if item.get_closest_marker("alone"):
+        with services_lock().exclusive():
+            return (yield)
     with services_lock().shared() as disturbed:
         if disturbed:
             from testkit.queues import broker_connections_drop

@@ -15,9 +15,9 @@ from outbox.ids import new_transaction_id
 from outbox.models import TransactionLog
 from outbox.tests.support import make_payload
 from testkit.broker_proxy import BrokerProxy
+from testkit.processes import free_port
 
 # Ports for processes and proxies these tests start (this suite's share of the machine).
-PROXY_PORTS = iter(range(18300, 18350))
 
 
 @pytest.fixture
@@ -109,7 +109,7 @@ def outbox_queue(broker):
 
 @pytest.fixture
 def broker_proxy():
-    proxy = BrokerProxy(next(PROXY_PORTS))
+    proxy = BrokerProxy(free_port())
     proxy.up()
     yield proxy
     proxy.thaw()

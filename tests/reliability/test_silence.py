@@ -25,6 +25,7 @@ from testkit.silence import SilentLink, iptables_available
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.alone,  # every request answered within the web's deadlines: other workers' load would break them
     pytest.mark.skipif(not iptables_available(), reason="needs iptables and root (scripts/setup.sh)"),
 ]
 
