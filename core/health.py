@@ -5,10 +5,13 @@ The credits service's database and the shared cache are reported but do not fail
 while either is down (credits follow when it returns; the rate limit fails open), so a load balancer must keep sending
 them. Apps add informational sections (the outbox its backlog) with ``section_register`` from their AppConfig.ready.
 
-The probe answers within 2 s whatever hangs behind it: the dependencies are checked at once, each in a thread of its
-own, and one that has not answered within PROBE_DEADLINE_SECONDS is reported as not answering, by name. A check left
-running ends at its own client's deadline (core/deadlines.py for the databases, the broker's connect timeout, the
-cache's socket timeout), so a silent dependency holds at most a few of the pool's threads for a few seconds.
+The probe answers within 2 s whatever hangs behind it, once a web thread takes it (docs/OPERATIONS.md, "When a database
+or Redis goes silent", on the first seconds of a silence): the dependencies are checked and the sections read at once,
+each in a thread of its own, and one that has not answered within PROBE_DEADLINE_SECONDS is reported as not answering,
+by name. A section is read even while its check runs, since the database can go silent between the two: a section
+that fails or does not answer in time reports its error, never the probe's. A check or section left running ends at
+its own client's deadline (core/deadlines.py for the databases, the broker's connect timeout, the cache's socket
+timeout), so a silent dependency holds at most a few of the pool's threads for a few seconds.
 """
 
 import concurrent.futures
@@ -31,7 +34,7 @@ BROKER_TIMEOUT_SECONDS = PROBE_DEADLINE_SECONDS
 # from a load balancer, with the web's deadlines (3 s at most), holds a handful.
 _checks = concurrent.futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="healthz")
 
-# Section name -> a function returning that section's report, read from the orders database.
+# Section name -> a function returning that section's report, read from the orders database (in a pool thread).
 _sections: dict[str, Callable[[], dict]] = {}
 
 
@@ -86,17 +89,40 @@ DEPENDENCIES: dict[str, Callable[[], str | None]] = {
 REQUIRED = ("database", "broker")
 
 
+def _unanswered(name: str) -> str:
+    return f"no answer within {PROBE_DEADLINE_SECONDS:g} s (the {name} is silent, or too slow)"
+
+
 def checks_run(names=tuple(DEPENDENCIES)) -> dict[str, str | None]:
     """Run the named checks at once and return each one's error (None: it answered), waiting PROBE_DEADLINE_SECONDS
     at most: a check still running then is reported as not answering."""
     futures = {name: _checks.submit(DEPENDENCIES[name]) for name in names}
     concurrent.futures.wait(futures.values(), timeout=PROBE_DEADLINE_SECONDS)
-    return {
-        name: future.result()
-        if future.done()
-        else f"no answer within {PROBE_DEADLINE_SECONDS:g} s (the {name} is silent, or too slow)"
-        for name, future in futures.items()
-    }
+    return {name: future.result() if future.done() else _unanswered(name) for name, future in futures.items()}
+
+
+def _section_read(report: Callable[[], dict]) -> dict:
+    try:
+        return report()
+    except Exception as exc:  # informational: the section says what failed, the probe still answers
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        # Run in a pool thread, where no request ends to close or reuse the connection.
+        connections["default"].close()
+
+
+def _probe() -> tuple[dict[str, str | None], dict[str, dict]]:
+    """Run every check and read every section at once, within one PROBE_DEADLINE_SECONDS."""
+    checks = {name: _checks.submit(check) for name, check in DEPENDENCIES.items()}
+    sections = {name: _checks.submit(_section_read, report) for name, report in _sections.items()}
+    concurrent.futures.wait([*checks.values(), *sections.values()], timeout=PROBE_DEADLINE_SECONDS)
+    return (
+        {name: future.result() if future.done() else _unanswered(name) for name, future in checks.items()},
+        {
+            name: future.result() if future.done() else {"error": _unanswered("database")}
+            for name, future in sections.items()
+        },
+    )
 
 
 class DependencyCollector:
@@ -118,10 +144,10 @@ class DependencyCollector:
 
 def healthz(request: HttpRequest) -> JsonResponse:
     """Report whether each dependency answers; 503 when one the orders need does not, naming it."""
-    checks = checks_run()
+    checks, sections = _probe()
     failed = [name for name in REQUIRED if checks[name]]
     body = {"status": "ok" if not failed else "unavailable", "checks": {n: e or "ok" for n, e in checks.items()}}
     if not checks["database"]:
         # Informational: a backlog is the relay's problem to report, not a reason to take this process out of service.
-        body.update({name: report() for name, report in _sections.items()})
+        body.update(sections)
     return JsonResponse(body, status=503 if failed else 200)

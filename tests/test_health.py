@@ -1,6 +1,7 @@
 """/healthz answers 200 with the database and broker up and 503 naming the broker when it is unreachable.
 
-With several broker nodes in CELERY_BROKER_URL, one answering is enough, in whichever place of the list it is.
+With several broker nodes in CELERY_BROKER_URL, one answering is enough, in whichever place of the list it is. An
+app's section that fails or hangs (its database gone silent after the check) is reported as such, within the deadline.
 """
 
 import pytest
@@ -104,3 +105,45 @@ def test_healthz_answers_within_two_seconds_naming_a_database_that_says_nothing(
     assert took < 2.0
     assert response.status_code == 200  # orders are still taken without the credits database
     assert "no answer within" in response.json()["checks"]["credits_database"]
+
+
+@pytest.fixture
+def section(monkeypatch):
+    """Register one more /healthz section for the test: a function given the name "extra"."""
+    from core import health
+
+    def register(report):
+        monkeypatch.setitem(health._sections, "extra", report)
+
+    return register
+
+
+def test_healthz_answers_in_time_while_a_section_hangs(section):
+    import threading
+    import time
+
+    from core.health import PROBE_DEADLINE_SECONDS
+
+    released = threading.Event()
+    section(lambda: released.wait(10) and {})
+    started = time.monotonic()
+    try:
+        response = Client().get("/healthz")
+        took = time.monotonic() - started
+    finally:
+        released.set()
+    assert PROBE_DEADLINE_SECONDS <= took < 2.0
+    assert response.status_code == 200  # a section is informational
+    assert "no answer within" in response.json()["extra"]["error"]
+    assert "lag_seconds" in response.json()["outbox"]
+
+
+def test_healthz_reports_a_section_that_fails_and_answers(section):
+    def fails():
+        raise RuntimeError("the backlog query failed")
+
+    section(fails)
+    response = Client().get("/healthz")
+
+    assert response.status_code == 200
+    assert response.json()["extra"] == {"error": "RuntimeError: the backlog query failed"}

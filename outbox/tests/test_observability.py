@@ -20,7 +20,6 @@ def samples(text: str) -> dict[str, float]:
     return {s.name: s.value for family in text_string_to_metric_families(text) for s in family.samples}
 
 
-@pytest.mark.django_db
 def test_healthz_reports_outbox_lag_and_dead_count(make_rows):
     make_rows(1, next_attempt_at=timezone.now() - timedelta(seconds=30))
     make_rows(1)
