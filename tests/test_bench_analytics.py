@@ -133,7 +133,11 @@ def test_the_bench_seeds_a_small_day_and_measures_spark_and_the_baseline(transac
     (reads, shuffle and one pairing, nothing else) and one baseline run.
     """
     results = tmp_path / "results.json"
-    command = ["bench/bench_analytics.py", "--reset", "--orders", "3000", "--days", "1", "--floor", "--json", results]
+    # The day named, not the bench's own "yesterday": a run that crosses midnight would seed another day than DAY.
+    command = [
+        *("bench/bench_analytics.py", "--reset", "--orders", "3000", "--days", "1", "--end", str(DAY)),
+        *("--floor", "--json", results),
+    ]
 
     completed = subprocess.run(
         [sys.executable, *command],
