@@ -1,6 +1,5 @@
 """A three-node MariaDB Galera cluster for the tests, driven through scripts/mariadb_cluster.sh (the recipe)."""
 
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -9,6 +8,7 @@ from urllib.parse import urlsplit
 
 import MySQLdb
 
+from testkit.processes import cluster_script
 from testkit.silence import SilentHost
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,15 +33,7 @@ class GaleraCluster:
     directory: Path
 
     def run(self, *args: str, timeout: float = 300) -> str:
-        result = subprocess.run(
-            [str(SCRIPT), args[0], str(self.directory), *args[1:]],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"mariadb_cluster.sh {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
-        return result.stdout
+        return cluster_script(SCRIPT, args[0], self.directory, *args[1:], timeout=timeout).stdout
 
     def start(self) -> str:
         """Start the nodes and the endpoint; return the endpoint's DATABASE_URL."""
@@ -72,11 +64,11 @@ class GaleraCluster:
         self.run("bootstrap-node", str(node))
 
     def running(self, node: int) -> bool:
-        return subprocess.run([str(SCRIPT), "pid", str(self.directory), str(node)], capture_output=True).returncode == 0
+        return cluster_script(SCRIPT, "pid", self.directory, str(node), check=False).returncode == 0
 
     def writer(self) -> int | None:
         """Return the node the endpoint sends connections to now, or None when no node is healthy."""
-        result = subprocess.run([str(SCRIPT), "writer", str(self.directory)], capture_output=True, text=True)
+        result = cluster_script(SCRIPT, "writer", self.directory, check=False)
         return int(result.stdout) if result.returncode == 0 else None
 
     def status(self) -> str:

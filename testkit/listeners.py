@@ -1,5 +1,5 @@
-"""The loopback listener testkit's TCP forwarders share (broker_proxy.py, silence.py): started on a port with its
-accept loop in a thread of its own, and closed together with every connection it accepted."""
+"""The loopback listener testkit's TCP forwarders share (broker_proxy.py, silence.py, lost_answer.py): started on a
+port with its accept loop in a thread of its own, and closed together with every connection it accepted."""
 
 import contextlib
 import socket

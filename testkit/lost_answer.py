@@ -1,6 +1,7 @@
 """A COMMIT whose answer never comes back: a loopback TCP forwarder in front of a MariaDB server that, once armed,
 lets a transaction's COMMIT through and drops the server's answer, or drops the COMMIT itself, then closes the client's
-connection; a hook runs at that moment (SIGKILL the writer node, say).
+connection; a hook runs at that moment (SIGKILL the writer node, say). Or it holds the COMMIT while the hook runs
+(another node commits the same rows, say) and then lets it and its answer through.
 
 That is what a client sees when the server it writes to dies at commit time: a lost connection, and no way to tell
 from it whether the transaction committed. The service's answer to that doubt is in the data (an order and its outbox
@@ -10,22 +11,22 @@ outcomes with this.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import socket
 import threading
 from collections.abc import Callable
 
+from testkit.listeners import close, listen
 from testkit.processes import free_port
 
 # A COMMIT statement, not READ COMMITTED (every connection sets its isolation level).
 COMMIT = re.compile(rb"\bCOMMIT\b", re.IGNORECASE)
-# Where the COMMIT goes: delivered and its answer dropped, or dropped itself.
-ANSWER_LOST, COMMIT_LOST = "answer lost", "commit lost"
+# Where the COMMIT goes: delivered and its answer dropped, dropped itself, or delivered after the hook returned.
+ANSWER_LOST, COMMIT_LOST, COMMIT_HELD = "answer lost", "commit lost", "commit held"
 
 
 class LostAnswerProxy:
-    """Forward 127.0.0.1:port to `upstream`; `arm()` makes the next COMMIT lose its answer (or itself)."""
+    """Forward 127.0.0.1:port to `upstream`; `arm()` makes the next COMMIT lose its answer (or itself), or wait."""
 
     def __init__(self, upstream: tuple[str, int]):
         self.upstream = upstream
@@ -36,23 +37,16 @@ class LostAnswerProxy:
         self._listener: socket.socket | None = None
 
     def __enter__(self) -> LostAnswerProxy:
-        listener = socket.socket()
-        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        listener.bind(("127.0.0.1", self.port))
-        listener.listen(64)
-        self._listener = listener
-        threading.Thread(target=self._accept, daemon=True).start()
+        self._listener = listen(self.port, self._accept, backlog=64, name="lost-answer-proxy")
         return self
 
     def __exit__(self, *exc) -> None:
         listener, self._listener = self._listener, None
-        if listener is not None:
-            with contextlib.suppress(OSError):
-                listener.shutdown(socket.SHUT_RDWR)
-            listener.close()
+        close(listener, ())
 
     def arm(self, mode: str, hook: Callable[[], None] = lambda: None) -> None:
-        """Make the next statement containing COMMIT lose its answer (ANSWER_LOST) or itself (COMMIT_LOST)."""
+        """Make the next statement containing COMMIT lose its answer (ANSWER_LOST) or itself (COMMIT_LOST), or wait
+        for the hook before it goes on as usual (COMMIT_HELD)."""
         with self._lock:
             self._armed = (mode, hook)
             self.fired.clear()
@@ -64,11 +58,11 @@ class LostAnswerProxy:
             armed, self._armed = self._armed, None
             return armed
 
-    def _accept(self) -> None:
-        while (listener := self._listener) is not None:
+    def _accept(self, listener: socket.socket) -> None:
+        while True:
             try:
                 client, _ = listener.accept()
-            except OSError:
+            except OSError:  # closed by __exit__
                 return
             try:
                 server = socket.create_connection(self.upstream, timeout=5)
@@ -89,6 +83,11 @@ class LostAnswerProxy:
                     server.sendall(data)
                     continue
                 mode, hook = armed
+                if mode == COMMIT_HELD:
+                    hook()
+                    self.fired.set()
+                    server.sendall(data)
+                    continue
                 if mode == COMMIT_LOST:
                     hook()
                     break
@@ -102,7 +101,7 @@ class LostAnswerProxy:
             pass
         finally:
             self.fired.set()
-            _close(client, server)
+            close(None, (client, server))
 
     def _answers(self, pair: _Pair) -> None:
         swallowed = b""
@@ -163,10 +162,3 @@ def answer_complete(data: bytes) -> bool:
             if not status & SERVER_MORE_RESULTS_EXISTS:
                 return True
     return False
-
-
-def _close(*sockets: socket.socket) -> None:
-    for sock in sockets:
-        with contextlib.suppress(OSError):
-            sock.shutdown(socket.SHUT_RDWR)
-        sock.close()

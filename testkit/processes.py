@@ -1,5 +1,5 @@
 """What a child process started by a test needs to reach this test run's databases and broker; a free port for it,
-the connections it holds, and stopping it.
+the connections it holds, and stopping it; the cluster scripts' commands.
 
 The one place test code builds a database or broker URL: from the live connection settings of an alias (under
 pytest, its test database), so a test that moves an alias (another server, another user) moves its children too.
@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import time
+from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from django.conf import settings
@@ -132,3 +133,18 @@ def stop_processes(
         if group:
             send(process, signal.SIGKILL)
     return codes
+
+
+def cluster_script(
+    script: Path, command: str, directory: Path, *args: str, timeout: float = 300, check: bool = True
+) -> subprocess.CompletedProcess:
+    """Run a command of scripts/mariadb_cluster.sh or scripts/rabbitmq_cluster.sh on the cluster in `directory`.
+
+    With `check`, a command that fails raises with what it printed; without, its exit status is the answer (`pid`).
+    """
+    result = subprocess.run(
+        [str(script), command, str(directory), *args], capture_output=True, text=True, timeout=timeout
+    )
+    if check and result.returncode != 0:
+        raise RuntimeError(f"{script.name} {' '.join((command, *args))} failed:\n{result.stdout}\n{result.stderr}")
+    return result

@@ -1,6 +1,5 @@
 """A three-node RabbitMQ cluster for the tests and the soak, driven through scripts/rabbitmq_cluster.sh (the recipe)."""
 
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -8,6 +7,7 @@ from kombu import Connection
 
 from config.celery import task_queues
 from core.contract import ANALYTICS_QUEUE, QUEUE_TYPE_QUORUM
+from testkit.processes import cluster_script
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "rabbitmq_cluster.sh"
@@ -21,15 +21,7 @@ class RabbitCluster:
     directory: Path
 
     def run(self, *args: str, timeout: float = 300) -> str:
-        result = subprocess.run(
-            [str(SCRIPT), args[0], str(self.directory), *args[1:]],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-        )
-        if result.returncode != 0:
-            raise RuntimeError(f"rabbitmq_cluster.sh {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
-        return result.stdout
+        return cluster_script(SCRIPT, args[0], self.directory, *args[1:], timeout=timeout).stdout
 
     def start(self) -> None:
         self.run("start")
@@ -55,7 +47,7 @@ class RabbitCluster:
         self.run("stop-node", str(node))
 
     def running(self, node: int) -> bool:
-        return subprocess.run([str(SCRIPT), "pid", str(self.directory), str(node)], capture_output=True).returncode == 0
+        return cluster_script(SCRIPT, "pid", self.directory, str(node), check=False).returncode == 0
 
     def ensure_running(self) -> None:
         """Start any node a test left stopped."""

@@ -1,7 +1,7 @@
 """The suite CI runs holds every test: each app's tests package is under pytest's testpaths (pyproject.toml).
 
 pytest with no path collects only testpaths, so an app left out of it has tests that pass when run by hand and never
-run in CI (accounts' were, until 2026-11-28).
+run in CI.
 """
 
 import tomllib

@@ -10,9 +10,12 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.db import connections
+from rest_framework.test import APIClient
 
+from accounts.services import api_token_create
 from core.deadlines import INIT_COMMAND_KEY
 from testkit.galera_cluster import GaleraCluster, cluster_directory
+from testkit.lost_answer import LostAnswerProxy
 from testkit.silence import drop_leftover_rules
 
 ALIASES = ("default", "credits")
@@ -88,3 +91,19 @@ def galera_user(on_galera):
         return get_user_model().objects.create_user(username=f"{prefix}-{uuid.uuid4().hex[:12]}")
 
     return make
+
+
+@pytest.fixture
+def proxy(on_galera):
+    """A proxy in front of the endpoint that can lose or hold a COMMIT (testkit/lost_answer.py)."""
+    with LostAnswerProxy(on_galera.endpoint) as proxy:
+        yield proxy
+
+
+@pytest.fixture
+def client(galera_user):
+    """A user of its own and an API client with that user's key."""
+    user = galera_user("client")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {api_token_create(user=user)[1]}")
+    return user, client

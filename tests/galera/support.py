@@ -1,0 +1,62 @@
+"""What the cluster's request-level tests share: sending this process's connections through a proxy in front of the
+endpoint, placing an order as a client does, retrying it with its key through a failover, and reading back what
+committed."""
+
+import contextlib
+import time
+
+from django.db import connections
+from rest_framework.test import APIClient
+
+from orders.models import Order
+from outbox.models import TransactionLog
+from testkit.lost_answer import LostAnswerProxy
+
+# How long a client retrying with its key waits for a failover to end before the test gives up.
+FAILOVER_SECONDS = 15
+
+
+@contextlib.contextmanager
+def through(proxy: LostAnswerProxy, *aliases: str):
+    """Send the aliases' connections through the proxy (in front of the endpoint) for a while."""
+    saved = {
+        alias: (connections[alias].settings_dict["HOST"], connections[alias].settings_dict["PORT"]) for alias in aliases
+    }
+    for alias in aliases:
+        connections[alias].close()
+        connections[alias].settings_dict.update(HOST="127.0.0.1", PORT=str(proxy.port))
+    try:
+        yield
+    finally:
+        for alias, (host, port) in saved.items():
+            connections[alias].close()
+            connections[alias].settings_dict.update(HOST=host, PORT=port)
+
+
+def fresh(*aliases: str) -> None:
+    """Drop this thread's connections, so the next query opens one through the endpoint to today's writer."""
+    for alias in aliases:
+        connections[alias].close()
+
+
+def post_order(client: APIClient, key: str):
+    return client.post("/api/orders/", {"goods_name": "in doubt", "total": 3}, format="json", HTTP_IDEMPOTENCY_KEY=key)
+
+
+def retry_until_answered(client: APIClient, key: str):
+    """Retry with the same key, as a client does, until the service answers other than 503."""
+    started = time.monotonic()
+    while True:
+        fresh("default")
+        response = post_order(client, key)
+        if response.status_code != 503 or time.monotonic() - started > FAILOVER_SECONDS:
+            return response
+        time.sleep(0.5)
+
+
+def rows_of(user) -> tuple[list[int], int]:
+    """Return the user's order ids and how many outbox rows name them, read from the writer."""
+    fresh("default")
+    order_ids = list(Order.objects.filter(user=user).values_list("id", flat=True))
+    logs = TransactionLog.objects.filter(foreign_key__in=[str(order_id) for order_id in order_ids]).count()
+    return order_ids, logs
