@@ -4,12 +4,15 @@ committed."""
 
 import contextlib
 import time
+from collections.abc import Callable
+from typing import Any
 
 from django.db import connections
 from rest_framework.test import APIClient
 
 from orders.models import Order
 from outbox.models import TransactionLog
+from testkit.galera_cluster import NODES, GaleraCluster
 from testkit.lost_answer import LostAnswerProxy
 
 # How long a client retrying with its key waits for a failover to end before the test gives up.
@@ -43,15 +46,30 @@ def post_order(client: APIClient, key: str):
     return client.post("/api/orders/", {"goods_name": "in doubt", "total": 3}, format="json", HTTP_IDEMPOTENCY_KEY=key)
 
 
-def retry_until_answered(client: APIClient, key: str):
-    """Retry with the same key, as a client does, until the service answers other than 503."""
+def until_answered(send: Callable[[], Any]) -> Any:
+    """Send again, as a client retrying with its key does, until the service answers other than 503."""
     started = time.monotonic()
     while True:
-        fresh("default")
-        response = post_order(client, key)
+        response = send()
         if response.status_code != 503 or time.monotonic() - started > FAILOVER_SECONDS:
             return response
         time.sleep(0.5)
+
+
+def retry_until_answered(client: APIClient, key: str):
+    """Retry the order with the same key through this process, each time on a connection to today's writer."""
+
+    def send():
+        fresh("default")
+        return post_order(client, key)
+
+    return until_answered(send)
+
+
+def other_node(cluster: GaleraCluster) -> int:
+    """Return a node the endpoint does not write to."""
+    writer = cluster.writer()
+    return next(node for node in NODES if node != writer)
 
 
 def rows_of(user) -> tuple[list[int], int]:

@@ -21,6 +21,7 @@ from demo.seed import seed_demo_data
 from orders.models import Order
 from testkit.galera_cluster import GALERA_CLUSTER_GROUP, NODES, GaleraCluster
 from testkit.processes import mysql_url, service_env
+from tests.galera.support import other_node
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.xdist_group(GALERA_CLUSTER_GROUP)]
 
@@ -76,8 +77,7 @@ def test_the_nightly_job_reads_from_a_node_that_is_not_the_writer(on_galera, rea
     day = timezone.now().date() - timedelta(days=30)
     seed_demo_data(orders=300, days=1, users=10, end=day, seed=36)
     placed = Order.objects.filter(created_at__date=day).count()
-    writer = on_galera.writer()
-    node = next(n for n in NODES if n != writer)
+    node = other_node(on_galera)
     host, port = on_galera.node_address(node)
     read_urls = {
         variable: mysql_url(
