@@ -85,6 +85,7 @@ def select_one(connection) -> tuple[str, float]:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not iptables_available(), reason="needs iptables and root (scripts/setup.sh)")
+@pytest.mark.alone  # its bounds are timings: other workers' load would break them
 def test_the_web_waits_out_a_silent_database_once_then_fails_fast_and_heals_after_it(web_connection_through_a_link):
     connection, link = web_connection_through_a_link
     assert select_one(connection)[0] == "ok"
@@ -105,6 +106,7 @@ def test_the_web_waits_out_a_silent_database_once_then_fails_fast_and_heals_afte
 
 @pytest.mark.slow
 @pytest.mark.skipif(not iptables_available(), reason="needs iptables and root (scripts/setup.sh)")
+@pytest.mark.alone  # its bounds are timings: other workers' load would break them
 def test_a_silent_redis_costs_one_command_its_timeout_and_the_others_fail_at_once(settings):
     with SilentLink(("127.0.0.1", 6379)) as link:
         settings.CACHES = {
