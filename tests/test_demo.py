@@ -1,6 +1,7 @@
 """scripts/demo.sh in a real terminal: Ctrl-C stops all it started; a killed run's leftovers are stopped next time."""
 
 import os
+import signal
 import time
 
 import pexpect
@@ -24,6 +25,25 @@ def running(pgid: int) -> bool:
 DEMO_PROCESSES = ("web", "worker", "analytics", "beat", "relay")
 
 
+def terminal(command: str, args: list[str] | None = None, **kwargs) -> pexpect.spawn:
+    """Start `command` in a pseudo-terminal as a user's shell would, with Ctrl-C's SIGINT at its default.
+
+    A process started in the background by a non-interactive shell (`cmd &` under nohup, a CI runner) ignores
+    SIGINT, and so does every child it starts; a shell script cannot trap a signal ignored when it started. Whether
+    the test process ignores it depends on how it was started and on what ran in it before (a SparkSession installs
+    a handler, after which children start with the default again), not on the demo.
+    """
+    return pexpect.spawn(
+        command,
+        args or [],
+        cwd=ROOT,
+        encoding="utf-8",
+        timeout=240,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        **kwargs,
+    )
+
+
 def demo_env(tmp_path, run_dir) -> dict[str, str]:
     """Return the environment of a demo on this test's databases, its own port and run directory, and few orders."""
     return service_env(
@@ -35,7 +55,7 @@ def test_ctrl_c_stops_everything_and_a_killed_runs_leftovers_are_stopped(transac
     run_dir = tmp_path / "run"
     env = demo_env(tmp_path, run_dir)
 
-    first = pexpect.spawn("scripts/demo.sh", cwd=ROOT, env=env, encoding="utf-8", timeout=240)
+    first = terminal("scripts/demo.sh", env=env)
     first.expect("Placing demo orders")
     leftovers = [int(line) for line in (run_dir / "demo.pgids").read_text().split()]
     first.kill(9)  # the terminal went away: no trap runs, the services stay up
@@ -45,7 +65,7 @@ def test_ctrl_c_stops_everything_and_a_killed_runs_leftovers_are_stopped(transac
     try:
         assert len(leftovers) == len(DEMO_PROCESSES) and all(running(pgid) for pgid in leftovers)
 
-        second = pexpect.spawn("scripts/demo.sh", cwd=ROOT, env=env, encoding="utf-8", timeout=240)
+        second = terminal("scripts/demo.sh", env=env)
         second.expect(f"Stopping {len(DEMO_PROCESSES)} process groups an earlier demo left running")
         second.expect("Placing demo orders")
         assert not any(running(pgid) for pgid in leftovers)
@@ -75,14 +95,7 @@ def test_ctrl_c_stops_everything_when_the_output_goes_through_tee(transactional_
     """Ctrl-C reaches tee too; the stop handler's messages then hit a closed pipe and must not cut the clean-up."""
     run_dir = tmp_path / "run"
     env = demo_env(tmp_path, run_dir)
-    demo = pexpect.spawn(
-        "bash",
-        ["-c", f"scripts/demo.sh | tee {tmp_path / 'demo.log'}"],
-        cwd=ROOT,
-        env=env,
-        encoding="utf-8",
-        timeout=240,
-    )
+    demo = terminal("bash", ["-c", f"scripts/demo.sh | tee {tmp_path / 'demo.log'}"], env=env)
     started: list[int] = []
     try:
         demo.expect("Placing demo orders")
