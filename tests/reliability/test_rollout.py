@@ -31,7 +31,7 @@ from testkit.releases import BEFORE_VERSION_ROUTING, release_checkout
 from testkit.workers import RABBITMQ_CLUSTER_GROUP
 
 # The quorum variant runs on the three-node cluster's fixed ports: one worker runs every such test. "At once" is a
-# timing bound (AT_ONCE_SECONDS): beside four parallel workers a version-1 order once waited 31.6 s.
+# timing bound (AT_ONCE_SECONDS) that other workers' load breaks: the module runs alone.
 pytestmark = [pytest.mark.slow, pytest.mark.alone, pytest.mark.xdist_group(RABBITMQ_CLUSTER_GROUP)]
 
 RATE = 5  # orders per second, per message version
