@@ -6,7 +6,7 @@
 #                                     (conftest.py); then those in one process, on a machine nothing else is loading
 #                                     (their bounds are timings, or they stop the broker every worker shares)
 #   scripts/test.sh ARGS...           pytest ARGS in one process (TEST_WORKERS=N spreads them over N workers)
-# One process stays the default: a parallel run failed a timing bound no test marks alone yet (README, "Tests").
+# One process stays the default until the two passes pass on a fresh clone twice in a row (README, "Tests").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
