@@ -1,11 +1,13 @@
 """Fixtures shared by every app's tests: static files, users, API and admin clients, both services' databases for
-each test, a three-node RabbitMQ cluster, and what keeps parallel workers apart (testkit/workers.py)."""
+each test, a three-node RabbitMQ cluster, what keeps parallel workers apart (testkit/workers.py), and what keeps a
+run's processes from outliving it (testkit/leftovers.py)."""
 
 import functools
 import hashlib
 import os
 import shutil
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -20,6 +22,7 @@ from django.test.utils import override_settings
 from rest_framework.test import APIClient
 
 from accounts.services import api_token_create
+from testkit import leftovers
 from testkit.workers import SPARK_GROUP, SharedServicesLock, with_vhost, worker_id, worker_vhost
 
 DATABASE_FIXTURES = {"db", "transactional_db", "live_server", "django_db_reset_sequences"}
@@ -35,6 +38,58 @@ OPERATOR_PERMISSIONS = (
     "credits.view_deadletter",
     "credits.replay_deadletter",
 )
+
+
+OWN_MARK = pytest.StashKey[str]()
+
+
+def pytest_configure(config):
+    """Mark this test process, so every process its tests start can be told apart from any other run's."""
+    config.stash[OWN_MARK] = leftovers.mark_this_process()
+
+
+def pytest_sessionstart(session):
+    """Stop what an earlier run, interrupted, left running: it would write into the test databases this run makes."""
+    if hasattr(session.config, "workerinput"):
+        return  # the run's first process did it before starting its workers
+    report(session.config, "Stopped processes an earlier test run left running", leftovers.stop_orphans())
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session):
+    """Stop, and name, what this process's tests started and did not stop (last: after the session's fixtures were
+    torn down, as they are when a run stops at its first failure; a parallel run's first process runs no test)."""
+    mark = session.config.stash.get(OWN_MARK, None)
+    if mark is not None and not session.config.pluginmanager.has_plugin("dsession"):
+        report(session.config, "Stopped processes the tests left running", leftovers.stop_own(mark, os.getpgid(0)))
+
+
+def report(config, title: str, processes: list) -> None:
+    if not processes:
+        return
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"{title} ({leftovers.LOG}):\n{leftovers.describe(processes)}", yellow=True)
+
+
+@pytest.fixture(scope="session")
+def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
+    """Refuse to start on test databases another process is connected to: it would write into them under the tests
+    (a service an earlier run left behind, another run on the same names). Named, with the process, at once."""
+    from django.db import connections
+
+    for alias in connections:
+        settings_dict = connections[alias].settings_dict
+        names = [connections[alias].creation._get_test_db_name()]
+        deadline = time.monotonic() + 15  # a process stopped at the session's start takes a moment to disconnect
+        while found := leftovers.foreign_connections(settings_dict, names):
+            if time.monotonic() > deadline:
+                pytest.exit(
+                    f"Another process is connected to the test database {names[0]}; stop it, or give this run "
+                    "other database names (DATABASE_URL, CREDITS_DATABASE_URL):\n  " + "\n  ".join(found),
+                    returncode=3,
+                )
+            time.sleep(0.5)
 
 
 # A wrapper: its marks are made before `-m` deselects (a Spark test must already be slow then) and its order is

@@ -1,0 +1,190 @@
+"""testkit/leftovers.py: what an interrupted run left running is stopped by the next, what a session's tests left is
+stopped at its end, and a run refuses test databases another process is connected to, naming it."""
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+
+import MySQLdb
+import pytest
+from django.db import connections
+
+from testkit import leftovers
+from testkit.harness import ROOT
+from testkit.waiting import wait_for
+
+pytestmark = pytest.mark.slow
+
+
+def sleeper(env: dict[str, str], **popen) -> subprocess.Popen:
+    return subprocess.Popen(["sleep", "300"], env=env, **popen)
+
+
+def without_mark() -> dict[str, str]:
+    return {name: value for name, value in os.environ.items() if name != leftovers.MARK}
+
+
+def stopped(process: subprocess.Popen) -> bool:
+    try:
+        process.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+def test_the_next_run_stops_what_a_test_process_that_is_gone_left_running_and_nothing_else():
+    # A test process that starts a service in a session of its own and ends without stopping it.
+    owner = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import subprocess; from testkit import leftovers; leftovers.mark_this_process();"
+            "print(subprocess.Popen(['sleep', '300'], start_new_session=True, stdout=-3, stderr=-3).pid)",
+        ],
+        cwd=ROOT,
+        env=without_mark(),
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    orphan = int(owner.stdout)
+    # A service of a test process that still runs (this one), and a process no test run started.
+    ours = sleeper(os.environ, start_new_session=True)
+    unmarked = sleeper(without_mark(), start_new_session=True)
+    try:
+        # The next run, from its start.
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--collect-only", "-q"]
+            + ["accounts/tests/test_keys.py"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+
+        assert "Stopped processes an earlier test run left running" in run.stdout, run.stdout + run.stderr
+        assert f"pid {orphan}: sleep 300" in run.stdout
+        wait_for(lambda: not leftovers._running(orphan), what="the orphan to stop", timeout=15)
+        assert ours.poll() is None and unmarked.poll() is None
+        assert f"pid {orphan}" in leftovers.LOG.read_text()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(orphan, signal.SIGKILL)
+        for process in (ours, unmarked):
+            process.kill()
+            process.wait()
+
+
+def test_at_its_sessions_end_what_a_test_process_started_in_a_group_of_its_own_is_stopped():
+    # Another test process, standing in for this one: its mark and its process group.
+    owner = sleeper(without_mark(), process_group=0)
+    mark = leftovers.mark_of(owner.pid)
+    env = {**without_mark(), leftovers.MARK: mark}
+    service = sleeper(env, start_new_session=True)  # a gunicorn a test started and did not stop
+    jvm = sleeper(env, process_group=owner.pid)  # in the test process's own group: it ends with it
+    try:
+        found = leftovers.stop_own(mark, owner.pid)
+
+        assert [process.pid for process in found] == [service.pid]
+        assert stopped(service)
+        assert jvm.poll() is None
+    finally:
+        for process in (owner, service, jvm):
+            process.kill()
+            process.wait()
+
+
+def server_arguments(settings_dict: dict) -> dict:
+    """Return MySQLdb.connect's arguments for the server of a Django alias's settings, no database named."""
+    return {
+        "host": settings_dict["HOST"] or "127.0.0.1",
+        "port": int(settings_dict["PORT"] or 3306),
+        "user": settings_dict["USER"],
+        "password": settings_dict["PASSWORD"],
+    }
+
+
+@pytest.fixture
+def scratch_database():
+    """A database no test run uses, and its server's settings."""
+    name = f"cs_leftovers_{uuid.uuid4().hex[:8]}"
+    settings_dict = connections["default"].settings_dict
+    server = MySQLdb.connect(**server_arguments(settings_dict))
+    server.cursor().execute(f"CREATE DATABASE {name}")
+    try:
+        yield name, settings_dict
+    finally:
+        server.cursor().execute(f"DROP DATABASE IF EXISTS {name}")
+        server.close()
+
+
+def holder(settings_dict: dict, name: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Start a process that connects to database `name` and keeps the connection."""
+    server = server_arguments(settings_dict)
+    code = (
+        f"import sys, time, MySQLdb; held = MySQLdb.connect(**{server!r}, database=sys.argv[1]);"
+        "print('connected', flush=True); time.sleep(300)"
+    )
+    process = subprocess.Popen(
+        [sys.executable, "-c", code, name], env=env or without_mark(), stdout=subprocess.PIPE, text=True
+    )
+    assert process.stdout.readline().strip() == "connected"
+    return process
+
+
+def test_a_connection_to_the_databases_is_named_with_its_process(scratch_database):
+    name, settings_dict = scratch_database
+    assert leftovers.foreign_connections(settings_dict, [name]) == []
+
+    process = holder(settings_dict, name)
+    try:
+        found = leftovers.foreign_connections(settings_dict, [name])
+
+        assert len(found) == 1
+        assert f"to {name}" in found[0] and f"pid {process.pid}:" in found[0] and "MySQLdb.connect" in found[0]
+    finally:
+        process.kill()
+        process.wait()
+
+
+def test_a_run_refuses_test_databases_another_process_is_connected_to(scratch_database, tmp_path):
+    """The run stops before its first test, naming the process, instead of failing tests on data it never wrote."""
+    name, settings_dict = scratch_database
+    # The run's orders database is test_<name>: the scratch database's own test database, made here and held.
+    test_name = f"test_{name}"
+    server = MySQLdb.connect(**server_arguments(settings_dict))
+    server.cursor().execute(f"CREATE DATABASE {test_name}")
+    process = holder(settings_dict, test_name)
+    try:
+        url = f"mysql://{settings_dict['USER']}:{settings_dict['PASSWORD']}@127.0.0.1:{settings_dict['PORT'] or 3306}"
+        env = {
+            **without_mark(),
+            "DATABASE_URL": f"{url}/{name}",
+            "CREDITS_DATABASE_URL": f"{url}/{name}_credits",
+        }
+        started = time.monotonic()
+        run = subprocess.run(
+            [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "--create-db", "-q", "-n", "0"]
+            + ["accounts/tests/test_tokens.py"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        output = run.stdout + run.stderr
+
+        assert run.returncode == 3, output
+        assert f"Another process is connected to the test database {test_name}" in output
+        assert f"pid {process.pid}:" in output
+        assert " passed" not in output and time.monotonic() - started < 120
+    finally:
+        process.kill()
+        process.wait()
+        server.cursor().execute(f"DROP DATABASE IF EXISTS {test_name}")
+        server.close()
