@@ -212,6 +212,10 @@ def award_elsewhere(env: dict[str, str], award: dict) -> str:
     return manage(env, "shell", "-v", "0", "-c", program).strip()
 
 
+def credits_of(award: dict) -> int:
+    return OrderCredit.objects.filter(order_id=award["order_id"]).count()
+
+
 def test_one_award_taken_by_two_consumers_writing_to_two_nodes_credits_once(on_galera, proxy, other_proxy, galera_user):
     user = galera_user("award")
     credit_balance_ensure(user_id=user.pk)  # so each award is the balance's UPDATE and the credit's INSERT
@@ -231,13 +235,20 @@ def test_one_award_taken_by_two_consumers_writing_to_two_nodes_credits_once(on_g
                 except OperationalError as refused:
                     ours = str(refused.args[0])
             first = {"ours": ours, "theirs": other_consumer.result(timeout=120)}
-        assert sorted(first.values()) in (["False", "True"], [refusal, "True"]), first
+        if sorted(first.values()) not in (["False", "True"], [refusal, "True"]):
+            fresh("credits")
+            pytest.fail(
+                f"the two consumers' awards answered {first}; then {credits_of(award)} credit rows for the order, and "
+                f"a balance of {CreditBalance.objects.get(user_id=user.pk).balance}, {2 * award['total'] * tried} due;"
+                f" the endpoint's writer is node {on_galera.writer()}, the other consumer's node is at"
+                f" {other_proxy.upstream}:\n{on_galera.status()}"
+            )
         if refusal in first.values():
             # The consumer retries an award refused with a deadlock (credits/retry.py): a duplicate now.
             fresh("credits")
             assert credit_award(**award).created is False
         fresh("credits")
-        assert OrderCredit.objects.filter(order_id=award["order_id"]).count() == 1
+        assert credits_of(award) == 1
         assert CreditBalance.objects.get(user_id=user.pk).balance == 2 * award["total"] * tried
         paths.append("refused at COMMIT (1213), the retry a duplicate" if refusal in first.values() else "a duplicate")
         if refusal in first.values():
