@@ -79,10 +79,9 @@ def django_db_modify_db_settings(django_db_modify_db_settings_parallel_suffix):
     from django.db import connections
 
     for alias in connections:
-        settings_dict = connections[alias].settings_dict
         names = [connections[alias].creation._get_test_db_name()]
         deadline = time.monotonic() + 15  # a process stopped at the session's start takes a moment to disconnect
-        while found := leftovers.foreign_connections(settings_dict, names):
+        while found := leftovers.foreign_connections(alias, names):
             if time.monotonic() > deadline:
                 pytest.exit(
                     f"Another process is connected to the test database {names[0]}; stop it, or give this run "

@@ -110,23 +110,21 @@ class GaleraCluster:
 
     def primary_members(self) -> set[int]:
         """Return the nodes that answer and are Synced members of a primary component."""
-        members = set()
-        for node in NODES:
-            state = self.node_state(node)
-            if state.get("wsrep_cluster_status") == "Primary" and state.get("wsrep_local_state") == "4":
-                members.add(node)
-        return members
+        return {node for node, size in self._primary_sizes().items() if size}
 
     def whole(self) -> bool:
         """Return whether the three nodes are Synced members of one primary component: each counts all three in it.
         Two components that each call themselves primary (a split whose halves both went on) are not whole."""
+        return set(self._primary_sizes().values()) == {len(NODES)}
+
+    def _primary_sizes(self) -> dict[int, int]:
+        """Return per node the size of the primary component it is a Synced member of (0: none, or no answer)."""
+        sizes = {}
         for node in NODES:
             state = self.node_state(node)
-            if (state.get("wsrep_cluster_status"), state.get("wsrep_local_state")) != ("Primary", "4"):
-                return False
-            if state.get("wsrep_cluster_size") != str(len(NODES)):
-                return False
-        return True
+            synced_primary = state.get("wsrep_cluster_status") == "Primary" and state.get("wsrep_local_state") == "4"
+            sizes[node] = int(state.get("wsrep_cluster_size", 0)) if synced_primary else 0
+        return sizes
 
     def ensure_whole(self, *, timeout: float = 60) -> None:
         """Start any node a test left stopped and wait until all three are Synced members of the primary component

@@ -17,10 +17,11 @@ import contextlib
 import os
 import re
 import signal
-import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
+
+from testkit.processes import database_address, established, server_arguments
 
 MARK = "CREDITSHOP_TEST_PROCESS"
 # Daemons scripts/setup.sh starts for the whole machine; a test run never owns one.
@@ -35,20 +36,26 @@ class Process:
     command: str
 
 
-def _start_time(pid: int) -> str | None:
-    """Return a process's start time in clock ticks since boot (field 22 of /proc/PID/stat), None if it is gone."""
+def _stat(pid: int) -> list[str] | None:
+    """Return the fields of /proc/PID/stat after the command name (field 3 on), None if the process is gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
-    # The command name (field 2) is in parentheses and may hold spaces: count fields after its closing one.
-    return stat.rpartition(")")[2].split()[19]
+    # The command name (field 2) is in parentheses and may hold spaces: split after its closing one.
+    return stat.rpartition(")")[2].split()
+
+
+def _command(pid: int) -> str:
+    """Return a process's command line ("" for a zombie); OSError if it is gone or not ours to read."""
+    return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
 
 
 def mark_of(pid: int) -> str | None:
-    """Return the mark of a live process: "PID:START"; None if it is gone."""
-    started = _start_time(pid)
-    return None if started is None else f"{pid}:{started}"
+    """Return the mark of a live process: "PID:START" (its start time in clock ticks since boot, field 22 of
+    /proc/PID/stat); None if it is gone."""
+    fields = _stat(pid)
+    return None if fields is None else f"{pid}:{fields[19]}"
 
 
 def mark_this_process() -> str:
@@ -73,7 +80,7 @@ def marked_processes() -> list[Process]:
             continue
         try:
             environ = (entry / "environ").read_bytes().split(b"\0")
-            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            command = _command(int(entry.name))
             name = (entry / "comm").read_text().strip()
         except OSError:  # gone, or not ours to read
             continue
@@ -95,7 +102,7 @@ def stop(processes: list[Process], *, reason: str, grace: float = 10) -> list[Pr
     alive = list(processes)
     while alive and time.monotonic() < deadline:
         time.sleep(0.1)
-        alive = [process for process in alive if mark_of(process.pid) is not None and _running(process.pid)]
+        alive = [process for process in alive if _running(process.pid)]
     for process in alive:
         with contextlib.suppress(ProcessLookupError):
             os.kill(process.pid, signal.SIGKILL)
@@ -110,11 +117,8 @@ def stop(processes: list[Process], *, reason: str, grace: float = 10) -> list[Pr
 
 def _running(pid: int) -> bool:
     """Return whether a process runs (a zombie waiting for its parent does not)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
+    fields = _stat(pid)
+    return fields is not None and fields[0] != "Z"
 
 
 def stop_orphans() -> list[Process]:
@@ -146,36 +150,26 @@ def describe(processes: list[Process]) -> str:
 
 
 def connection_owners(port: int) -> dict[int, str]:
-    """Return, per local TCP port connected to `port`, the pid and command of the process holding it (`ss -tnp`)."""
-    listing = subprocess.run(
-        ["ss", "-tnpH", "state", "established", f"( dport = :{port} )"],
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=30,
-    ).stdout
+    """Return, per local TCP port connected to `port`, the pid and command of the process holding it."""
     owners = {}
-    for line in listing.splitlines():
+    for line in established(f"( dport = :{port} )").splitlines():
         local = re.search(r":(\d+)\s+\S+:\d+", line)
         pid = re.search(r"pid=(\d+)", line)
         if local and pid:
             try:
-                command = Path(f"/proc/{pid[1]}/cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+                command = _command(int(pid[1]))
             except OSError:
                 command = "?"
             owners[int(local[1])] = f"pid {pid[1]}: {command[:200]}"
     return owners
 
 
-def foreign_connections(settings_dict: dict, names: list[str]) -> list[str]:
-    """Return the connections another process holds to any of the databases `names` on the server of
-    `settings_dict` (a Django alias's settings), each described with the process behind it where it is local."""
+def foreign_connections(alias: str, names: list[str]) -> list[str]:
+    """Return the connections another process holds to any of the databases `names` on the server behind `alias`,
+    each described with the process behind it where it is local."""
     import MySQLdb
 
-    host, port = settings_dict["HOST"] or "127.0.0.1", int(settings_dict["PORT"] or 3306)
-    server = MySQLdb.connect(
-        host=host, port=port, user=settings_dict["USER"], password=settings_dict["PASSWORD"], connect_timeout=10
-    )
+    server = MySQLdb.connect(**server_arguments(alias), connect_timeout=10)
     try:
         with server.cursor() as cursor:
             cursor.execute(
@@ -188,11 +182,10 @@ def foreign_connections(settings_dict: dict, names: list[str]) -> list[str]:
         server.close()
     if not rows:
         return []
-    owners = connection_owners(port)
+    owners = connection_owners(database_address(alias)[1])
     described = []
     for connection_id, client, database, command, seconds in rows:
         client_port = client.rpartition(":")[2]
-        owner = owners.get(int(client_port)) if client_port.isdigit() else None
-        owner = owner or "process unknown"
+        owner = (owners.get(int(client_port)) if client_port.isdigit() else None) or "process unknown"
         described.append(f"connection {connection_id} from {client} to {database} ({command}, {seconds} s): {owner}")
     return described

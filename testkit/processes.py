@@ -90,15 +90,28 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
+def server_arguments(alias: str = "default") -> dict:
+    """Return MySQLdb.connect's arguments for the server behind an alias, as its user, no database named."""
+    db = connections[alias].settings_dict
+    host, port = database_address(alias)
+    return {"host": host, "port": port, "user": db["USER"], "password": db["PASSWORD"]}
+
+
+def established(selector: str) -> str:
+    """Return iproute2's `ss -tnp` lines (no header) of the established TCP connections `selector` picks, with the
+    process holding each side on this machine ("( sport = :PORT )", "( dport = :PORT )")."""
+    return subprocess.run(
+        ["ss", "-tnpH", "state", "established", selector], capture_output=True, text=True, check=True, timeout=30
+    ).stdout
+
+
 def connections_per_worker(port: int) -> list[int]:
-    """Return how many established connections to `port` each process holds, most first (from iproute2's `ss -tnp`).
+    """Return how many established connections to `port` each process holds, most first.
 
     For gunicorn: a worker keeps each keep-alive connection it accepted, so this is how a client's connections were
     spread over the workers (gunicorn.conf.py, tests/test_gunicorn_conf.py, bench/bench_orders.py).
     """
-    listing = subprocess.run(
-        ["ss", "-tnpH", "state", "established", f"( sport = :{port} )"], capture_output=True, text=True, check=True
-    ).stdout
+    listing = established(f"( sport = :{port} )")
     return sorted(collections.Counter(re.findall(r"pid=(\d+)", listing)).values(), reverse=True)
 
 

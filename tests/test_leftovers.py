@@ -11,10 +11,10 @@ import uuid
 
 import MySQLdb
 import pytest
-from django.db import connections
 
 from testkit import leftovers
 from testkit.harness import ROOT
+from testkit.processes import database_url, server_arguments
 from testkit.waiting import wait_for
 
 pytestmark = pytest.mark.slow
@@ -99,51 +99,39 @@ def test_at_its_sessions_end_what_a_test_process_started_in_a_group_of_its_own_i
             process.wait()
 
 
-def server_arguments(settings_dict: dict) -> dict:
-    """Return MySQLdb.connect's arguments for the server of a Django alias's settings, no database named."""
-    return {
-        "host": settings_dict["HOST"] or "127.0.0.1",
-        "port": int(settings_dict["PORT"] or 3306),
-        "user": settings_dict["USER"],
-        "password": settings_dict["PASSWORD"],
-    }
-
-
 @pytest.fixture
 def scratch_database():
-    """A database no test run uses, and its server's settings."""
+    """The name of a database no test run uses, on the orders database's server."""
     name = f"cs_leftovers_{uuid.uuid4().hex[:8]}"
-    settings_dict = connections["default"].settings_dict
-    server = MySQLdb.connect(**server_arguments(settings_dict))
+    server = MySQLdb.connect(**server_arguments())
     server.cursor().execute(f"CREATE DATABASE {name}")
     try:
-        yield name, settings_dict
+        yield name
     finally:
         server.cursor().execute(f"DROP DATABASE IF EXISTS {name}")
         server.close()
 
 
-def holder(settings_dict: dict, name: str, env: dict[str, str] | None = None) -> subprocess.Popen:
+def holder(name: str) -> subprocess.Popen:
     """Start a process that connects to database `name` and keeps the connection."""
-    server = server_arguments(settings_dict)
     code = (
-        f"import sys, time, MySQLdb; held = MySQLdb.connect(**{server!r}, database=sys.argv[1]);"
+        f"import sys, time, MySQLdb; held = MySQLdb.connect(**{server_arguments()!r}, database=sys.argv[1]);"
         "print('connected', flush=True); time.sleep(300)"
     )
     process = subprocess.Popen(
-        [sys.executable, "-c", code, name], env=env or without_mark(), stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", code, name], env=without_mark(), stdout=subprocess.PIPE, text=True
     )
     assert process.stdout.readline().strip() == "connected"
     return process
 
 
 def test_a_connection_to_the_databases_is_named_with_its_process(scratch_database):
-    name, settings_dict = scratch_database
-    assert leftovers.foreign_connections(settings_dict, [name]) == []
+    name = scratch_database
+    assert leftovers.foreign_connections("default", [name]) == []
 
-    process = holder(settings_dict, name)
+    process = holder(name)
     try:
-        found = leftovers.foreign_connections(settings_dict, [name])
+        found = leftovers.foreign_connections("default", [name])
 
         assert len(found) == 1
         assert f"to {name}" in found[0] and f"pid {process.pid}:" in found[0] and "MySQLdb.connect" in found[0]
@@ -152,20 +140,19 @@ def test_a_connection_to_the_databases_is_named_with_its_process(scratch_databas
         process.wait()
 
 
-def test_a_run_refuses_test_databases_another_process_is_connected_to(scratch_database, tmp_path):
+def test_a_run_refuses_test_databases_another_process_is_connected_to(scratch_database):
     """The run stops before its first test, naming the process, instead of failing tests on data it never wrote."""
-    name, settings_dict = scratch_database
+    name = scratch_database
     # The run's orders database is test_<name>: the scratch database's own test database, made here and held.
     test_name = f"test_{name}"
-    server = MySQLdb.connect(**server_arguments(settings_dict))
+    server = MySQLdb.connect(**server_arguments())
     server.cursor().execute(f"CREATE DATABASE {test_name}")
-    process = holder(settings_dict, test_name)
+    process = holder(test_name)
     try:
-        url = f"mysql://{settings_dict['USER']}:{settings_dict['PASSWORD']}@127.0.0.1:{settings_dict['PORT'] or 3306}"
         env = {
             **without_mark(),
-            "DATABASE_URL": f"{url}/{name}",
-            "CREDITS_DATABASE_URL": f"{url}/{name}_credits",
+            "DATABASE_URL": database_url(name=name),
+            "CREDITS_DATABASE_URL": database_url(name=f"{name}_credits"),
         }
         started = time.monotonic()
         run = subprocess.run(
