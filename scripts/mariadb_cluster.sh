@@ -105,6 +105,9 @@ global
   pidfile $dir/haproxy.pid
   stats socket $dir/haproxy.sock mode 600 level admin
   maxconn 4000
+  # Without it haproxy binds with SO_REUSEPORT, and an endpoint a killed run left behind would share the port with
+  # this one, taking some of its connections to its own choice of writer; with it the second one fails to start.
+  noreuseport
 
 defaults
   mode tcp

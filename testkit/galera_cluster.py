@@ -108,6 +108,19 @@ class GaleraCluster:
         finally:
             connection.close()
 
+    def views(self) -> dict[int, str]:
+        """Return per node its view of the cluster: the component's state UUID, configuration id, size and status, and
+        the last transaction it committed. Nodes in one component show the same UUID and id; two components that each
+        took writes show two."""
+        names = ("cluster_state_uuid", "cluster_conf_id", "cluster_size", "cluster_status", "last_committed")
+        views = {}
+        for node in NODES:
+            state = self.node_state(node)
+            views[node] = (
+                " ".join(f"{name}={state.get(f'wsrep_{name}', '?')}" for name in names) if state else "no answer"
+            )
+        return views
+
     def primary_members(self) -> set[int]:
         """Return the nodes that answer and are Synced members of a primary component."""
         return {node for node, size in self._primary_sizes().items() if size}

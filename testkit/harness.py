@@ -21,7 +21,7 @@ from pathlib import Path
 
 import requests
 
-from testkit.processes import stop_processes
+from testkit.processes import listening, stop_processes
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -127,6 +127,16 @@ class Cluster:
         for name, url in self.web_urls.items():
             if name in (names or self.commands()):
                 self.wait_healthy(url)
+                self._check_own_listener(name, int(url.rpartition(":")[2]))
+
+    def _check_own_listener(self, name: str, port: int) -> None:
+        """Fail unless the gunicorn this cluster started is what listens on its port: a port another process took
+        between choosing it and binding it would have this cluster's requests served by that process, silently."""
+        with self._lock:
+            pid = self.procs[name].pid
+        holders = listening(port)
+        if pid not in holders:
+            raise RuntimeError(f"port {port} of {name} (pid {pid}) is held by other processes: {sorted(holders)}")
 
     def _spawn(self, name: str) -> None:
         with open(self.workdir / "logs" / f"{name}.log", "ab") as log:

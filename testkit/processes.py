@@ -105,6 +105,15 @@ def established(selector: str) -> str:
     ).stdout
 
 
+def listening(port: int) -> set[int]:
+    """Return the pids of the processes holding a socket that listens on TCP `port` (any address of this machine):
+    a server that shares its port through SO_REUSEPORT, as haproxy does, takes a share of the connections silently."""
+    listing = subprocess.run(
+        ["ss", "-tlnpH", f"( sport = :{port} )"], capture_output=True, text=True, check=True, timeout=30
+    ).stdout
+    return {int(pid) for pid in re.findall(r"pid=(\d+)", listing)}
+
+
 def connections_per_worker(port: int) -> list[int]:
     """Return how many established connections to `port` each process holds, most first.
 

@@ -44,6 +44,7 @@ from tests.galera.support import (
     post_order,
     retry_until_answered,
     rows_of,
+    rows_on_each_node,
     through,
     until_answered,
 )
@@ -179,7 +180,18 @@ def test_one_key_sent_to_two_web_hosts_writing_to_two_nodes_makes_one_order(
                 ours = post_order(api, key)
             first = {"ours": ours, "theirs": other_host.result(timeout=60)}
         created = [name for name, answer in first.items() if answer.status_code == 201 and not was_replayed(answer)]
-        assert len(created) == 1, {name: (answer.status_code, answer.text) for name, answer in first.items()}
+        if len(created) != 1:
+            answers = {name: (answer.status_code, answer.text) for name, answer in first.items()}
+            keys = rows_on_each_node(
+                on_galera,
+                "default",
+                "SELECT id, order_id FROM idempotency_keys WHERE user_id = %s AND `key` = %s",
+                (user.pk, key),
+            )
+            pytest.fail(
+                f"the two hosts answered {answers}; the endpoint's writer is node {on_galera.writer()}, the other"
+                f" host's node is at {other_proxy.upstream}; the key's rows on each node:\n{keys}\n{on_galera.status()}"
+            )
         order_id = first[created[0]].json()["id"]
         (loser,) = set(first) - set(created)
         refused = first[loser].status_code == 503
@@ -237,11 +249,17 @@ def test_one_award_taken_by_two_consumers_writing_to_two_nodes_credits_once(on_g
             first = {"ours": ours, "theirs": other_consumer.result(timeout=120)}
         if sorted(first.values()) not in (["False", "True"], [refusal, "True"]):
             fresh("credits")
+            credits = rows_on_each_node(
+                on_galera,
+                "credits",
+                "SELECT id, transaction_id FROM order_credits WHERE order_id = %s",
+                (award["order_id"],),
+            )
             pytest.fail(
                 f"the two consumers' awards answered {first}; then {credits_of(award)} credit rows for the order, and "
                 f"a balance of {CreditBalance.objects.get(user_id=user.pk).balance}, {2 * award['total'] * tried} due;"
                 f" the endpoint's writer is node {on_galera.writer()}, the other consumer's node is at"
-                f" {other_proxy.upstream}:\n{on_galera.status()}"
+                f" {other_proxy.upstream}; the credit rows on each node:\n{credits}\n{on_galera.status()}"
             )
         if refusal in first.values():
             # The consumer retries an award refused with a deadlock (credits/retry.py): a duplicate now.
