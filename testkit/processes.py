@@ -97,21 +97,21 @@ def server_arguments(alias: str = "default") -> dict:
     return {"host": host, "port": port, "user": db["USER"], "password": db["PASSWORD"]}
 
 
+def _sockets(*arguments: str) -> str:
+    """Return iproute2's `ss -tnpH ARGUMENTS` lines: TCP sockets, numeric, each with its processes, no header."""
+    return subprocess.run(["ss", "-tnpH", *arguments], capture_output=True, text=True, check=True, timeout=30).stdout
+
+
 def established(selector: str) -> str:
-    """Return iproute2's `ss -tnp` lines (no header) of the established TCP connections `selector` picks, with the
-    process holding each side on this machine ("( sport = :PORT )", "( dport = :PORT )")."""
-    return subprocess.run(
-        ["ss", "-tnpH", "state", "established", selector], capture_output=True, text=True, check=True, timeout=30
-    ).stdout
+    """Return the `ss` lines of the established TCP connections `selector` picks, with the process holding each side
+    on this machine ("( sport = :PORT )", "( dport = :PORT )")."""
+    return _sockets("state", "established", selector)
 
 
 def listening(port: int) -> set[int]:
     """Return the pids of the processes holding a socket that listens on TCP `port` (any address of this machine):
     a server that shares its port through SO_REUSEPORT, as haproxy does, takes a share of the connections silently."""
-    listing = subprocess.run(
-        ["ss", "-tlnpH", f"( sport = :{port} )"], capture_output=True, text=True, check=True, timeout=30
-    ).stdout
-    return {int(pid) for pid in re.findall(r"pid=(\d+)", listing)}
+    return {int(pid) for pid in re.findall(r"pid=(\d+)", _sockets("state", "listening", f"( sport = :{port} )"))}
 
 
 def connections_per_worker(port: int) -> list[int]:
