@@ -15,7 +15,9 @@ a default, or the auto-increment key); building the statement fails otherwise, a
 every hot-path statement and checks it against its model. Instances come from ``Model.from_db``, as if read back.
 """
 
+import re
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -254,16 +256,66 @@ class Update:
         return f"UPDATE {qn(self.model._meta.db_table)} SET {', '.join(changes)} WHERE {conditions}"  # noqa: S608
 
 
-def transaction_batch(statements: Sequence[str], *, own_transaction: bool) -> str:
-    """Return statements as one multi-statement batch: one network round trip for all of them.
+_PARAMETER = re.compile(r"%%|%s")
 
-    With `own_transaction` the batch is its own transaction (``START TRANSACTION; ...; COMMIT``): Django's atomic
-    would instead toggle autocommit around it (``SET autocommit=0``, ``COMMIT``, ``SET autocommit=1``), round trips
-    of their own. Without it the statements run inside the caller's transaction. MariaDB stops a batch at its first
-    failing statement, leaving an open transaction open: the caller rolls it back.
+
+@dataclass(frozen=True)
+class Transaction:
+    """A transaction's statements (or a part of one), sent in as few round trips as the server allows.
+
+    `begins` puts ``START TRANSACTION`` before them and `commits` ``COMMIT`` after them: Django's atomic would instead
+    toggle autocommit around them (``SET autocommit=0``, ``COMMIT``, ``SET autocommit=1``), round trips of their own.
+    Without either the statements run inside the caller's transaction.
+
+    `sql` is the whole as one multi-statement batch, one round trip. `round_trips` is the form for a Galera node, one
+    statement at a time (``START TRANSACTION`` with the first): there another node's conflicting write set can abort
+    the transaction while a batch is still running, and the node reports that abort to no statement of the batch; the
+    batch's later statements then run in autocommit, each committing alone, and its COMMIT answers OK for a
+    transaction that no longer exists (docs/OPERATIONS.md, "A Galera cluster"). Between two round trips the abort is
+    reported to the next statement (error 1213), and the caller rolls back. ``START TRANSACTION`` may share the first
+    statement's round trip: the transaction holds no lock before that statement runs, so nothing can abort it there.
+    Either way MariaDB stops at the first failing statement with the transaction still open: the caller rolls it back.
     """
-    body = ";\n".join(statements)
-    return f"START TRANSACTION;\n{body};\nCOMMIT" if own_transaction else body
+
+    statements: tuple[str, ...]
+    begins: bool = True
+    commits: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.statements:
+            raise ValueError("a transaction batch holds at least one statement")
+        object.__setattr__(self, "statements", tuple(self.statements))
+
+    @cached_property
+    def sql(self) -> str:
+        return ";\n".join(self._all)
+
+    @cached_property
+    def round_trips(self) -> tuple[str, ...]:
+        first, *rest = self.statements
+        return (f"START TRANSACTION;\n{first}" if self.begins else first, *rest, *(["COMMIT"] if self.commits else []))
+
+    def round_trip_parameters(self, parameters: Sequence[Any]) -> list[Sequence[Any]]:
+        """Split the batch's parameters (statement after statement) into those of each round trip."""
+        split, start = [], 0
+        for count in self._parameter_counts:
+            split.append(parameters[start : start + count])
+            start += count
+        if start != len(parameters):
+            raise ValueError(f"the transaction's statements take {start} parameters, not {len(parameters)}")
+        return split
+
+    @cached_property
+    def _all(self) -> tuple[str, ...]:
+        return (
+            *(["START TRANSACTION"] if self.begins else []),
+            *self.statements,
+            *(["COMMIT"] if self.commits else []),
+        )
+
+    @cached_property
+    def _parameter_counts(self) -> tuple[int, ...]:
+        return tuple(sum(1 for match in _PARAMETER.findall(trip) if match == "%s") for trip in self.round_trips)
 
 
 def read_converters(connection, fields: Sequence[Field]) -> tuple[tuple, ...]:

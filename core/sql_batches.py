@@ -1,16 +1,53 @@
-"""Running a multi-statement batch in one round trip, and what each of its statements reported.
+"""Running a transaction's statements in as few round trips as the server allows, and what each of them reported.
 
 The hot paths send their statements (built in core/sql.py) as one batch: the order, its outbox row and its
 idempotency record (orders/statements.py), the award's balance and credit (credits/services.py), the relay's claim
-(outbox/claims.py). MariaDB stops a batch at its first failing statement, and that error reaches the client only when
-its result is read, so each function here reads every result before it returns; a transaction the batch opened is
-rolled back by the caller (transaction_abandon).
+(outbox/claims.py). On a Galera node they go one statement per round trip instead (core/sql.Transaction says why),
+which the connection's server tells once per connection (galera_node). MariaDB stops a batch at its first failing
+statement, and that error reaches the client only when its result is read, so each function here reads every result
+before it returns; a transaction the batch opened is rolled back by the caller (transaction_abandon).
 """
 
 import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from core.sql import Transaction
+
+# The server's answer to a variable it does not know (a MySQL server has no wsrep_on).
+ER_UNKNOWN_SYSTEM_VARIABLE = 1193
+# Where a driver connection keeps what its server said it is (an attribute of its own: the connection is the cache).
+_GALERA_NODE = "creditshop_galera_node"
+
+
+def galera_node(connection) -> bool:
+    """Return whether this open connection's session replicates its writes through Galera (wsrep_on), asked of the
+    server once per driver connection: a connection through the cluster's endpoint reaches a node, the system server
+    does not, and a new connection may reach another server."""
+    driver = connection.connection
+    known = getattr(driver, _GALERA_NODE, None)
+    if known is None:
+        with connection.wrap_database_errors:
+            try:
+                driver.query("SELECT @@SESSION.wsrep_on")
+                ((value,),) = driver.store_result().fetch_row()
+                known = bool(int(value))
+            except connection.Database.OperationalError as exc:
+                if exc.args[0] != ER_UNKNOWN_SYSTEM_VARIABLE:
+                    raise
+                known = False
+        setattr(driver, _GALERA_NODE, known)
+    return known
+
+
+def _round_trips(connection, batch: Transaction | str, params: Sequence[Any]) -> list[tuple[str, Sequence[Any]]]:
+    """Return the statements and parameters of each round trip the batch takes on this connection's server."""
+    if isinstance(batch, str):
+        return [(batch, params)]
+    if galera_node(connection):
+        return list(zip(batch.round_trips, batch.round_trip_parameters(params), strict=True))
+    return [(batch.sql, params)]
 
 
 def transaction_abandon(connection) -> None:
@@ -35,8 +72,9 @@ class StatementResult:
     rows: tuple = ()
 
 
-def batch_execute(connection, cursor, batch: str, params: Sequence[Any]) -> list[StatementResult]:
-    """Run a multi-statement batch in one round trip on a Django cursor; return each statement's result.
+def batch_execute(connection, cursor, batch: Transaction | str, params: Sequence[Any]) -> list[StatementResult]:
+    """Run a multi-statement batch on a Django cursor (a Transaction in the round trips its server needs); return
+    each statement's result.
 
     MariaDB stops a batch at its first failing statement, and that error reaches the client only when its result is
     read, so every result is read inside the execute call: Django's execute wrappers (the query log, the SQL span)
@@ -60,11 +98,12 @@ def batch_execute(connection, cursor, batch: str, params: Sequence[Any]) -> list
         return outcome
 
     with connection.execute_wrapper(read_every_result):
-        cursor.execute(batch, params)
+        for statements, trip_params in _round_trips(connection, batch, params):
+            cursor.execute(statements, trip_params)
     return results
 
 
-def batch_row_counts(connection, batch: str, params: Sequence[Any]) -> list[int]:
+def batch_row_counts(connection, batch: Transaction | str, params: Sequence[Any]) -> list[int]:
     """Run a multi-statement batch (or one statement) on its own cursor; return each statement's row count, raising
     the first error. For batches that read no rows, on a hot path (the credit award).
 
@@ -76,13 +115,13 @@ def batch_row_counts(connection, batch: str, params: Sequence[Any]) -> list[int]
     return [result.rowcount for result in _unread_batch(connection, batch, params)]
 
 
-def batch_insert_ids(connection, batch: str, params: Sequence[Any]) -> list[int]:
+def batch_insert_ids(connection, batch: Transaction | str, params: Sequence[Any]) -> list[int]:
     """Run a multi-statement batch as batch_row_counts does; return the auto-increment key each statement generated
     (0 for a statement that generated none). For batches that read no rows, on a hot path (the order request)."""
     return [result.lastrowid or 0 for result in _unread_batch(connection, batch, params)]
 
 
-def _unread_batch(connection, batch: str, params: Sequence[Any]) -> list[StatementResult]:
+def _unread_batch(connection, batch: Transaction | str, params: Sequence[Any]) -> list[StatementResult]:
     """Run a batch whose statements read no rows on the backend's own cursor, and return what each reported; through
     Django's cursor (batch_execute) where it must be (see batch_row_counts)."""
     if connection.execute_wrappers or connection.queries_logged or connection.in_atomic_block:
@@ -97,8 +136,11 @@ def _unread_batch(connection, batch: str, params: Sequence[Any]) -> list[Stateme
     with connection.wrap_database_errors:
         cursor = connection.create_cursor()
         try:
-            cursor.execute(batch, params)  # the backend's wrapper, which maps its integrity error codes
-            return _driver_results(cursor.cursor)
+            results = []
+            for statements, trip_params in _round_trips(connection, batch, params):
+                cursor.execute(statements, trip_params)  # the backend's wrapper, which maps its integrity error codes
+                results += _driver_results(cursor.cursor)
+            return results
         finally:
             with contextlib.suppress(connection.Database.Error):  # as Django's cursor closes: the error was raised
                 cursor.close()

@@ -86,10 +86,10 @@ CREDIT_INSERT = sql.Insert(
 
 
 @functools.cache
-def award_batch(*, own_transaction: bool) -> str:
-    """Return the award's statements as one multi-statement batch (core/sql.transaction_batch): one network round
-    trip for the whole award, its own transaction or, without `own_transaction`, inside the caller's."""
-    return sql.transaction_batch([BALANCE_ADD.sql, CREDIT_INSERT.sql], own_transaction=own_transaction)
+def award_batch(*, own_transaction: bool) -> sql.Transaction:
+    """Return the award's statements as one multi-statement batch (core/sql.Transaction): one network round trip for
+    the whole award, its own transaction or, without `own_transaction`, inside the caller's."""
+    return sql.Transaction((BALANCE_ADD.sql, CREDIT_INSERT.sql), begins=own_transaction, commits=own_transaction)
 
 
 def credit_balance_ensure(*, user_id: int) -> None:

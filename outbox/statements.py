@@ -36,7 +36,7 @@ def _names() -> tuple[str, dict[str, str]]:
 
 
 @cache
-def claim_lock_batch() -> str:
+def claim_lock_batch() -> sql.Transaction:
     """Return ``START TRANSACTION`` and the SELECT that locks up to LIMIT due rows, skipping rows others hold.
 
     Parameters: the pending status, now, the limit. Rows in (next_attempt_at, id) order, the order of the (status,
@@ -45,11 +45,12 @@ def claim_lock_batch() -> str:
     table, c = _names()
     columns = ", ".join(c[name] for name in CLAIMED_FIELDS)
     # Identifiers come from model metadata, quoted; values are query parameters.
-    return (
-        f"START TRANSACTION;\nSELECT {columns} FROM {table}"  # noqa: S608
+    select = (
+        f"SELECT {columns} FROM {table}"  # noqa: S608
         f" WHERE {c['status']} = %s AND {c['next_attempt_at']} <= %s"
         f" ORDER BY {c['next_attempt_at']}, {c['id']} LIMIT %s FOR UPDATE SKIP LOCKED"
     )
+    return sql.Transaction((select,), begins=True, commits=False)
 
 
 @cache
@@ -58,12 +59,13 @@ def _lease_head() -> str:
     return f"UPDATE {table} SET {c['next_attempt_at']} = %s WHERE {c['status']} = %s AND {c['id']} IN ("  # noqa: S608
 
 
-def claim_lease_batch(rows: int) -> str:
+@cache
+def claim_lease_batch(rows: int) -> sql.Transaction:
     """Return the UPDATE that leases `rows` locked rows (by id, still pending), and ``COMMIT``.
 
-    Parameters: the lease's end, the pending status, then each id.
+    Parameters: the lease's end, the pending status, then each id. One per batch size, at most the claim's limit.
     """
-    return f"{_lease_head()}{', '.join(['%s'] * rows)});\nCOMMIT"
+    return sql.Transaction((f"{_lease_head()}{', '.join(['%s'] * rows)})",), begins=False, commits=True)
 
 
 @cache

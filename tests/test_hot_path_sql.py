@@ -85,10 +85,10 @@ def test_the_order_is_one_batch_of_the_models_statements():
         " JSON_SET(%s, '$.order_id', @creditshop_order_id), %s, %s, %s, %s, %s)"
     )
     statements = [ORDER_INSERT.sql, "SET @creditshop_order_id = LAST_INSERT_ID()", MESSAGE_AFTER_ORDER.sql]
-    assert order_batch(own_transaction=True, idempotency_key=False) == "START TRANSACTION;\n" + ";\n".join(
+    assert order_batch(own_transaction=True, idempotency_key=False).sql == "START TRANSACTION;\n" + ";\n".join(
         [*statements, "COMMIT"]
     )
-    assert order_batch(own_transaction=False, idempotency_key=True) == ";\n".join(
+    assert order_batch(own_transaction=False, idempotency_key=True).sql == ";\n".join(
         [*statements, IDEMPOTENCY_KEY_INSERT.sql]
     )
 
@@ -111,8 +111,8 @@ def test_an_expression_takes_its_fields_parameter_or_none():
 
 def test_the_award_is_one_batch_of_the_models_statements():
     statements = f"{BALANCE_ADD.sql};\n{CREDIT_INSERT.sql}"
-    assert award_batch(own_transaction=True) == f"START TRANSACTION;\n{statements};\nCOMMIT"
-    assert award_batch(own_transaction=False) == statements
+    assert award_batch(own_transaction=True).sql == f"START TRANSACTION;\n{statements};\nCOMMIT"
+    assert award_batch(own_transaction=False).sql == statements
 
 
 def test_each_statement_is_built_once_per_process():
@@ -218,12 +218,12 @@ def test_literal_rows_escape_every_value_when_one_needs_it():
 
 
 def test_the_relays_statements_name_the_models_table_and_columns_quoted():
-    assert statements.claim_lock_batch() == (
+    assert statements.claim_lock_batch().sql == (
         "START TRANSACTION;\nSELECT `id`, `payload`, `attempts`, `created_at`, `traceparent`, `tracestate`"
         " FROM `transaction_log` WHERE `status` = %s AND `next_attempt_at` <= %s"
         " ORDER BY `next_attempt_at`, `id` LIMIT %s FOR UPDATE SKIP LOCKED"
     )
-    assert statements.claim_lease_batch(2) == (
+    assert statements.claim_lease_batch(2).sql == (
         "UPDATE `transaction_log` SET `next_attempt_at` = %s WHERE `status` = %s AND `id` IN (%s, %s);\nCOMMIT"
     )
     assert statements.mark_published_update(1) == (
@@ -252,3 +252,28 @@ def test_a_claimed_row_reads_as_the_orm_reads_it():
     row = TransactionLog.objects.values_list(*statements.CLAIMED_FIELDS).get(id="c" * 32)
     assert (claimed.id, claimed.payload, claimed.attempts, claimed.created_at) == row[:4]
     assert claimed.created_at.tzinfo is not None
+
+
+def test_on_a_galera_node_each_statement_is_a_round_trip_of_its_own_with_its_own_parameters():
+    batch = order_batch(own_transaction=True, idempotency_key=True)
+    assert batch.round_trips == (
+        f"START TRANSACTION;\n{ORDER_INSERT.sql}",
+        "SET @creditshop_order_id = LAST_INSERT_ID()",
+        MESSAGE_AFTER_ORDER.sql,
+        IDEMPOTENCY_KEY_INSERT.sql,
+        "COMMIT",
+    )
+    counts = [statement.count("%s") for statement in batch.round_trips]
+    parameters = list(range(sum(counts)))
+    split = batch.round_trip_parameters(parameters)
+    assert [len(part) for part in split] == counts
+    assert [value for part in split for value in part] == parameters
+    with pytest.raises(ValueError, match=f"take {len(parameters)} parameters, not {len(parameters) - 1}"):
+        batch.round_trip_parameters(parameters[:-1])
+    assert award_batch(own_transaction=False).round_trips == (BALANCE_ADD.sql, CREDIT_INSERT.sql)
+    assert statements.claim_lease_batch(2).round_trips == (statements.claim_lease_batch(2).statements[0], "COMMIT")
+
+
+def test_a_literal_percent_sign_takes_no_parameter():
+    batch = sql.Transaction(("SELECT '100%%' LIKE %s", "SELECT %s"), begins=False, commits=False)
+    assert batch.round_trip_parameters(["1%", 2]) == [["1%"], [2]]

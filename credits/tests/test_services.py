@@ -177,7 +177,7 @@ def test_a_failure_between_the_statements_of_the_batch_rolls_everything_back(use
     _, earlier = place_order(user=user, total=1)
     award(earlier)
     order_id, payload = place_order(user=user, total=4)
-    batch = services.award_batch(own_transaction=True)
+    batch = services.award_batch(own_transaction=True).sql
     statement = services.BALANCE_ADD.sql if after == "balance update" else services.CREDIT_INSERT.sql
     # A statement that fails when it runs, injected into the one round trip right after `after` succeeded.
     failing = batch.replace(f"{statement};", f"{statement};\nSELECT * FROM credit_test_no_such_table;")
@@ -201,7 +201,7 @@ def test_when_the_rollback_itself_fails_the_connection_is_closed_and_the_server_
     award(earlier)
     order_id, payload = place_order(user=user, total=4)
     connection = connections["credits"]
-    batch = services.award_batch(own_transaction=True)
+    batch = services.award_batch(own_transaction=True).sql
     failing = batch.replace("COMMIT", "SELECT * FROM credit_test_no_such_table;\nCOMMIT")
     monkeypatch.setattr(services, "award_batch", lambda *, own_transaction: failing)
     rollback_refused(monkeypatch, connection)

@@ -174,7 +174,7 @@ def fail_after_the_order(monkeypatch):
     real = services.order_batch
 
     def order_batch(**kwargs):
-        head, sep, tail = real(**kwargs).partition(f"SET {statements.ORDER_ID}")
+        head, sep, tail = real(**kwargs).sql.partition(f"SET {statements.ORDER_ID}")
         return f"{head}SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = 'injected after the order';\n{sep}{tail}"
 
     monkeypatch.setattr(services, "order_batch", order_batch)

@@ -7,7 +7,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import MySQLdb
 from django.db import connections
 from rest_framework.test import APIClient
 
@@ -72,26 +71,6 @@ def other_node(cluster: GaleraCluster) -> int:
     writer = cluster.writer()
     assert writer is not None, f"the endpoint has no writer:\n{cluster.status()}"
     return next(node for node in NODES if node != writer)
-
-
-def rows_on_each_node(cluster: GaleraCluster, alias: str, sql: str, parameters: tuple) -> str:
-    """Return what `sql` reads on each node directly (no causality wait), with each node's view of the cluster: what a
-    test that found a row twice names, to tell a split cluster from a write the cluster took twice."""
-    lines = []
-    for node, view in cluster.views().items():
-        try:
-            connection = cluster.connect(node, database=connections[alias].settings_dict["NAME"])
-        except MySQLdb.Error as error:
-            lines.append(f"gal{node}: {error!r}; {view}")
-            continue
-        try:
-            cursor = connection.cursor()
-            cursor.execute("SET SESSION wsrep_sync_wait = 0")
-            cursor.execute(sql, parameters)
-            lines.append(f"gal{node}: {cursor.fetchall()}; {view}")
-        finally:
-            connection.close()
-    return "\n".join(lines)
 
 
 def rows_of(user) -> tuple[list[int], int]:
