@@ -21,7 +21,8 @@ that finds no row locks nothing (READ COMMITTED takes no gap locks), so the awar
 Rows are never deleted, so this happens once per user.
 
 The whole transaction is one network round trip: ``START TRANSACTION``, the UPDATE, the INSERT and ``COMMIT`` go
-to the server as one multi-statement batch (award_batch), the INSERT guarded by the UPDATE's row count. The server
+to the server as one multi-statement batch (award_batch), the INSERT guarded by the UPDATE's row count; on a Galera
+node one statement per round trip instead (core/sql.Transaction says why). The server
 stops the batch at the first error, leaving the transaction open; the award then rolls it back (or, if that fails,
 closes the connection, which rolls it back too), so a duplicate's balance change is undone as before. A worker that
 dies once the batch is sent does not stop it: the server runs it to its COMMIT, and the redelivered message is a

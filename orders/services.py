@@ -79,7 +79,8 @@ def _order_rows_commit(connection, rows: OrderRows) -> int:
     """Write the rows in one explicit transaction, START TRANSACTION ... COMMIT, and return the order id.
 
     Django's atomic sends SET autocommit=0 before the statements and SET autocommit=1 after the COMMIT; START
-    TRANSACTION alone opens the transaction, and the whole transaction is one batch. MariaDB stops a batch at its
+    TRANSACTION alone opens the transaction, and the whole transaction is one batch (on a Galera node, one statement
+    per round trip: core/sql.Transaction). MariaDB stops a batch at its
     first failing statement with the transaction still open: any error rolls everything back before it propagates;
     when even the ROLLBACK fails the connection is closed, and the server discards what it held.
     """
