@@ -2,6 +2,7 @@
 # A three-node MariaDB Galera cluster on one machine, beside the system server, with one writer endpoint in front.
 #
 #   scripts/mariadb_cluster.sh start DIR          start gal1..gal3 and the endpoint (prints the endpoint's DATABASE_URL)
+#   scripts/mariadb_cluster.sh start-endpoint DIR start the health checker and the endpoint in front of running nodes
 #   scripts/mariadb_cluster.sh stop DIR           stop the endpoint, then every node gracefully (SIGTERM by pid)
 #   scripts/mariadb_cluster.sh status DIR         how many nodes the primary component has, and each node's state
 #   scripts/mariadb_cluster.sh database-url DIR   the endpoint's DATABASE_URL (database GALERA_CLUSTER_DATABASE)
@@ -26,6 +27,12 @@
 # 200 only while node N is Synced and wsrep_ready. Full state transfers use rsync (wsrep_sst_method), the method
 # Debian's packages carry with nothing more to install (mariabackup needs the mariadb-backup package; production should
 # use it, since an rsync donor blocks its writes for the copy).
+#
+# Nothing starts while another process listens on an address and port the cluster is to use (a server already answering
+# on a node's port would take the tests' connections in its place): start, start-endpoint and start-node name the
+# holder and fail. The cluster's own processes (by DIR's pid files) are not in the way of a start that finds them
+# running. start fails, naming the cause, when the health checker cannot run, and reports the endpoint up only once a
+# connection through it reaches the writer.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -45,7 +52,7 @@ GALERA_PROVIDER=${GALERA_PROVIDER:-/usr/lib/galera/libgalera_smm.so}
 RUN_AS=${GALERA_CLUSTER_USER:-mysql}
 NODES=(1 2 3)
 
-usage() { sed -n '2,14p' "$0" >&2; exit 2; }
+usage() { sed -n '2,15p' "$0" >&2; exit 2; }
 
 address() { echo "$ADDRESS_PREFIX.$1"; }
 
@@ -134,6 +141,96 @@ EOF
   } >"$dir/haproxy.cfg"
 }
 
+# The pids of the cluster in DIR that run: its nodes, health checker and endpoint, by their pid files.
+own_pids() {
+  local dir=$1 n
+  for n in "${NODES[@]}"; do node_pid "$dir" "$n" || true; done
+  pid_of "$dir/health.pid" || true
+  pid_of "$dir/haproxy.pid" || true
+}
+
+# Whether process PID belongs to the cluster in DIR: one of its pid files' or a descendant of one, or a process whose
+# command names a file under DIR (a joiner's rsync daemon, during a state transfer, names its config there).
+own_process() {
+  local dir=$1 pid=$2 own
+  own=" $(own_pids "$dir" | tr '\n' ' ') "
+  while [ -n "$pid" ] && [ "$pid" -gt 1 ]; do
+    [[ $own == *" $pid "* ]] && return 0
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$dir/" && return 0
+    pid=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f2) || return 1
+  done
+  return 1
+}
+
+# The pids listening on TCP PORT where a connection to ADDRESS reaches them (that address, or all of the machine's),
+# one a line; "?" for a listener ss does not name the process of.
+listeners() {
+  local address=$1 port=$2 line local_address pids
+  while read -r line; do
+    [ -n "$line" ] || continue
+    local_address=$(awk '{print $4}' <<<"$line")
+    local_address=${local_address%:*}
+    local_address=${local_address%%%*}
+    case "$local_address" in
+      "$address" | 0.0.0.0 | "*" | "[::]" | "[::ffff:$address]") ;;
+      *) continue ;;
+    esac
+    pids=$(grep -o 'pid=[0-9]*' <<<"$line" | cut -d= -f2 | sort -u || true)
+    echo "${pids:-?}"
+  done < <(ss -tlnpH "( sport = :$port )")
+}
+
+describe_pid() {
+  if [ "$1" = "?" ]; then
+    echo "a process ss does not name"
+  else
+    echo "pid $1: $(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | cut -c1-200)"
+  fi
+}
+
+node_ports() {
+  local n=$1 ip
+  ip=$(address "$n")
+  echo "$ip $((BASE_PORT + n)) gal$n's MySQL port"
+  echo "$ip $((GALERA_BASE_PORT + n)) gal$n's Galera replication port"
+  echo "$ip $((IST_BASE_PORT + n)) gal$n's incremental state transfer port"
+  echo "$ip $((SST_BASE_PORT + n)) gal$n's full state transfer port"
+}
+
+endpoint_ports() {
+  local n
+  for n in "${NODES[@]}"; do echo "127.0.0.1 $((CHECK_BASE_PORT + n)) gal$n's health check"; done
+  echo "127.0.0.1 $ENDPOINT_PORT the endpoint"
+}
+
+# Fail, naming each holder, when a process other than the cluster's own listens where it is to listen (lines of
+# "ADDRESS PORT WHAT" on stdin): its clients would reach a server this cluster did not start.
+refuse_taken() {
+  local dir=$1 address port what pid taken=()
+  while read -r address port what; do
+    for pid in $(listeners "$address" "$port"); do
+      [ "$pid" != "?" ] && own_process "$dir" "$pid" && continue
+      taken+=("$address:$port ($what) is taken by $(describe_pid "$pid")")
+    done
+  done
+  [ ${#taken[@]} -eq 0 ] && return
+  echo "not starting: another process listens where the cluster in $dir would:" >&2
+  printf '  %s\n' "${taken[@]}" >&2
+  echo "stop it, or give this cluster other addresses and ports (GALERA_CLUSTER_ADDRESS_PREFIX, GALERA_CLUSTER_*_PORT)" >&2
+  exit 1
+}
+
+# The health checker's interpreter and its driver, before anything starts: without a health checker the endpoint
+# sends no connection anywhere.
+check_health_checker() {
+  local output
+  if ! output=$("$PYTHON" -c 'import MySQLdb' 2>&1); then
+    echo "the health checker cannot run: $PYTHON -c 'import MySQLdb' failed: ${output:-no output}" >&2
+    echo "(GALERA_CLUSTER_PYTHON names a Python with mysqlclient; the default is the checkout's .venv)" >&2
+    exit 1
+  fi
+}
+
 prepare() {
   local dir=$1
   for n in "${NODES[@]}"; do write_node_config "$dir" "$n"; done
@@ -144,6 +241,9 @@ pid_of() {
   local pid
   pid=$(cat "$1" 2>/dev/null) && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && echo "$pid"
 }
+
+# Whether PID runs: a child that exited stays a zombie until this shell reaps it, and a zombie answers kill -0.
+running() { [ -r "/proc/$1/stat" ] && [ "$(sed 's/.*) //' "/proc/$1/stat" | cut -d' ' -f1)" != Z ]; }
 
 node_pid() { pid_of "$1/gal$2/mysqld.pid" || pid_of "$1/gal$2/launcher.pid"; }
 
@@ -194,20 +294,51 @@ await_node() {
 }
 
 start_endpoint() {
-  local dir=$1 checks=()
+  local dir=$1 checks=() n waiting writer_node="" name="" error=""
+  check_health_checker
   if ! pid_of "$dir/health.pid" >/dev/null; then
     for n in "${NODES[@]}"; do checks+=("$(address "$n"):$((BASE_PORT + n)):$((CHECK_BASE_PORT + n))"); done
     setsid "$PYTHON" "$ROOT/scripts/galera_health.py" 127.0.0.1 "${checks[@]}" >>"$dir/health.log" 2>&1 </dev/null &
     echo $! >"$dir/health.pid"
   fi
+  for _ in $(seq 40); do
+    waiting=0
+    for n in "${NODES[@]}"; do
+      timeout 1 bash -c ">/dev/tcp/127.0.0.1/$((CHECK_BASE_PORT + n))" 2>/dev/null || waiting=1
+    done
+    [ "$waiting" = 0 ] && break
+    running "$(cat "$dir/health.pid")" || break
+    sleep 0.25
+  done
+  if [ "$waiting" = 1 ]; then
+    echo "the health checker is not answering on its ports (127.0.0.1:$((CHECK_BASE_PORT + 1))..); $dir/health.log:" >&2
+    tail -n 5 "$dir/health.log" >&2
+    exit 1
+  fi
   if ! pid_of "$dir/haproxy.pid" >/dev/null; then
     haproxy -D -f "$dir/haproxy.cfg" >>"$dir/haproxy.log" 2>&1 || { echo "haproxy failed; see $dir/haproxy.log" >&2; exit 1; }
   fi
+  # Up means a client's connection through the endpoint reaches the node it says it writes to, not only that its
+  # health checks pass: a check that lies, or a node that refuses the endpoint, would leave every client refused.
   for _ in $(seq 40); do
-    [ -n "$(writer "$dir")" ] && { echo "endpoint up on 127.0.0.1:$ENDPOINT_PORT, writing to gal$(writer "$dir")"; return; }
+    writer_node=$(writer "$dir")
+    if [ -n "$writer_node" ]; then
+      if name=$(timeout 5 mysql --no-defaults -uroot -h127.0.0.1 -P"$ENDPOINT_PORT" --connect-timeout=2 -N -B \
+        -e 'SELECT @@wsrep_node_name' 2>&1); then
+        [ "$name" = "gal$writer_node" ] && { echo "endpoint up on 127.0.0.1:$ENDPOINT_PORT, writing to $name"; return; }
+        error="it reached $name"
+      else
+        error=$name
+      fi
+    fi
     sleep 0.25
   done
-  echo "the endpoint found no healthy node; see $dir/health.log" >&2
+  if [ -z "$writer_node" ]; then
+    echo "the endpoint found no healthy node; see $dir/health.log" >&2
+  else
+    echo "no connection through the endpoint 127.0.0.1:$ENDPOINT_PORT reached its writer gal$writer_node: $error" >&2
+    echo "see $dir/health.log and $dir/haproxy.log" >&2
+  fi
   exit 1
 }
 
@@ -277,6 +408,8 @@ fi
 case "$command" in
   start)
     prepare "$dir"
+    { for n in "${NODES[@]}"; do node_ports "$n"; done; endpoint_ports; } | refuse_taken "$dir"
+    check_health_checker
     running=()
     for n in "${NODES[@]}"; do node_pid "$dir" "$n" >/dev/null && running+=("$n"); done
     if [ ${#running[@]} -eq 0 ]; then
@@ -309,11 +442,17 @@ case "$command" in
     # One at a time, the first node last: the last to leave is the one marked safe to start the cluster again.
     for n in 3 2 1; do signal_node "$dir" "$n" TERM; done
     ;;
+  start-endpoint)
+    write_endpoint_config "$dir"
+    endpoint_ports | refuse_taken "$dir"
+    start_endpoint "$dir"
+    ;;
   status) status "$dir" ;;
   database-url) database_url ;;
   start-node)
     n=${3:?node number}
     write_node_config "$dir" "$n"
+    node_ports "$n" | refuse_taken "$dir"
     others=0
     for m in "${NODES[@]}"; do [ "$m" != "$n" ] && node_pid "$dir" "$m" >/dev/null && others=1; done
     if [ "$others" = 0 ] && safe_to_bootstrap "$dir" "$n"; then start_node "$dir" "$n" bootstrap; else start_node "$dir" "$n"; fi
