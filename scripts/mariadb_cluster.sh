@@ -45,6 +45,8 @@ CHECK_BASE_PORT=${GALERA_CLUSTER_CHECK_BASE_PORT:-3420}
 ENDPOINT_PORT=${GALERA_CLUSTER_ENDPOINT_PORT:-3410}
 DATABASE=${GALERA_CLUSTER_DATABASE:-creditshop}
 START_TIMEOUT=${GALERA_CLUSTER_START_TIMEOUT:-120}
+# How long the endpoint may take to let a connection reach the writer once the nodes are Synced.
+ENDPOINT_TIMEOUT=${GALERA_CLUSTER_ENDPOINT_TIMEOUT:-15}
 PYTHON=${GALERA_CLUSTER_PYTHON:-$ROOT/.venv/bin/python}
 GALERA_PROVIDER=${GALERA_PROVIDER:-/usr/lib/galera/libgalera_smm.so}
 # Started by root, a node runs as this user, as the system server does: rsync's state transfer daemon, run by root,
@@ -320,7 +322,8 @@ start_endpoint() {
   fi
   # Up means a client's connection through the endpoint reaches the node it says it writes to, not only that its
   # health checks pass: a check that lies, or a node that refuses the endpoint, would leave every client refused.
-  for _ in $(seq 40); do
+  local deadline=$((SECONDS + ENDPOINT_TIMEOUT))
+  while [ "$SECONDS" -lt "$deadline" ]; do
     writer_node=$(writer "$dir")
     if [ -n "$writer_node" ]; then
       if name=$(timeout 5 mysql --no-defaults -uroot -h127.0.0.1 -P"$ENDPOINT_PORT" --connect-timeout=2 -N -B \
