@@ -1,10 +1,14 @@
 """Fixtures for the Galera suite: one three-node cluster for the package (scripts/mariadb_cluster.sh, fixed ports), both
-services' test databases migrated on it, and the test's connections pointed at its writer endpoint.
+services' test databases migrated on it, and the test's connections pointed at its writer endpoint. When a test of the
+package failed, or the cluster did not start, the nodes' and the endpoint's logs are kept under .run/galera-logs/.
 """
 
 import contextlib
+import os
 import shutil
+import time
 import uuid
+from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -22,6 +26,22 @@ ALIASES = ("default", "credits")
 # Every connection of the tests and of the processes they start reads what the cluster committed before
 # (config/settings.py, DATABASE_WSREP_SYNC_WAIT).
 SYNC_WAIT = 1
+KEPT_LOGS = Path(__file__).resolve().parents[2] / ".run" / "galera-logs"
+# Where this session keeps the cluster's logs if they are kept, and whether a test of the package failed.
+LOGS_DESTINATION = pytest.StashKey[Path]()
+TEST_FAILED = pytest.StashKey[bool]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Note a failed test of the package (setup, call or teardown), and tell in its report where the logs will be."""
+    report = yield
+    if report.failed:
+        item.session.stash[TEST_FAILED] = True
+        destination = item.session.stash.get(LOGS_DESTINATION, None)
+        if destination is not None:
+            report.sections.append(("Galera cluster logs", f"kept under {destination} when the cluster stops"))
+    return report
 
 
 @contextlib.contextmanager
@@ -49,11 +69,18 @@ def databases_on(cluster: GaleraCluster):
 
 
 @pytest.fixture(scope="package")
-def galera(django_db_setup, django_db_blocker):
+def galera(request, django_db_setup, django_db_blocker):
     """A three-node cluster shared by the package's modules (its start and the migrations take about 15 s), both
-    services' test databases migrated on it (DDL replicated by TOI)."""
+    services' test databases migrated on it (DDL replicated by TOI).
+
+    Its directory goes when it stops, its logs kept first when it did not start or a test of the package failed:
+    they tell what the nodes and the endpoint did.
+    """
     drop_leftover_rules()
     cluster = GaleraCluster(cluster_directory())
+    destination = KEPT_LOGS / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
+    request.session.stash[LOGS_DESTINATION] = destination
+    started = False
     try:
         cluster.start()
         server = cluster.connect()
@@ -66,11 +93,21 @@ def galera(django_db_setup, django_db_blocker):
         with django_db_blocker.unblock(), databases_on(cluster):
             for alias in ALIASES:
                 call_command("migrate", database=alias, verbosity=0)
+        started = True
         yield cluster
     finally:
         with contextlib.suppress(Exception):
             cluster.stop()
+        if not started or request.session.stash.get(TEST_FAILED, False):
+            keep_logs(request.config, cluster, destination)
         shutil.rmtree(cluster.directory, ignore_errors=True)
+
+
+def keep_logs(config, cluster: GaleraCluster, destination: Path) -> None:
+    kept = cluster.keep_logs(destination)
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    if reporter is not None:
+        reporter.write_line(f"The Galera cluster's logs ({len(kept)} files) are kept under {destination}", yellow=True)
 
 
 @pytest.fixture
