@@ -1,18 +1,22 @@
 """scripts/mariadb_cluster.sh's start refuses what it did not start: an address and port another process listens on,
-a health checker that cannot run, an endpoint whose connections do not reach the writer. Each on ports of its own,
-with no cluster running, beside the package's cluster if one runs."""
+a health checker that cannot run, an endpoint whose connections do not reach the writer; and a failed test of the
+package keeps the cluster's logs. Each on ports of its own, beside the package's cluster if one runs."""
 
 import os
 import shutil
 import socket
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
+import MySQLdb
 import pytest
 
 from testkit.galera_cluster import NODES, SCRIPT, cluster_directory
-from testkit.processes import cluster_script
+from testkit.harness import ROOT
+from testkit.processes import DATABASE_URL_VARIABLES, cluster_script, database_url, server_arguments
+from tests.galera.conftest import KEPT_LOGS
 
 pytestmark = pytest.mark.slow
 
@@ -40,8 +44,7 @@ def script_env(monkeypatch):
     for name in PORT_VARIABLES:
         monkeypatch.setenv(f"GALERA_CLUSTER_{name}", str(free_run(len(NODES)) - 1))
     monkeypatch.setenv("GALERA_CLUSTER_ENDPOINT_PORT", str(free_run(1)))
-    monkeypatch.setenv("GALERA_CLUSTER_START_TIMEOUT", "20")
-    monkeypatch.setenv("GALERA_CLUSTER_ENDPOINT_TIMEOUT", "4")
+    monkeypatch.setenv("GALERA_CLUSTER_START_TIMEOUT", "60")
     return os.environ
 
 
@@ -127,6 +130,7 @@ def test_the_endpoint_is_reported_up_only_once_a_connection_through_it_reaches_t
     )
     python.chmod(0o755)
     monkeypatch.setenv("GALERA_CLUSTER_PYTHON", str(python))
+    monkeypatch.setenv("GALERA_CLUSTER_ENDPOINT_TIMEOUT", "4")
 
     # No node runs: the endpoint sends its connections to a port nothing answers on.
     result = cluster_script(SCRIPT, "start-endpoint", directory, check=False, timeout=120)
@@ -134,3 +138,56 @@ def test_the_endpoint_is_reported_up_only_once_a_connection_through_it_reaches_t
     assert result.returncode == 1, result.stdout + result.stderr
     assert "endpoint up" not in result.stdout
     assert "no connection through the endpoint" in result.stderr and "reached its writer gal1" in result.stderr
+
+
+# A test that fails, run in a pytest of its own with the Galera package's conftest (imported by a conftest beside it).
+FAILING_TEST = """
+def test_fails_on_purpose(galera):
+    assert False, "failed on purpose"
+"""
+
+
+@pytest.fixture
+def own_databases():
+    """DATABASE_URL and CREDITS_DATABASE_URL naming databases of their own, for a pytest run inside this one (with
+    this run's names it would recreate this run's test databases); its test databases are dropped afterwards."""
+    names = {alias: f"creditshop_{alias}_logs_{os.getpid()}" for alias in DATABASE_URL_VARIABLES}
+    yield {variable: database_url(alias, name=names[alias]) for alias, variable in DATABASE_URL_VARIABLES.items()}
+    server = MySQLdb.connect(**server_arguments())
+    try:
+        for name in names.values():
+            server.cursor().execute(f"DROP DATABASE IF EXISTS `test_{name}`")
+    finally:
+        server.close()
+
+
+def test_a_failed_test_of_the_package_keeps_the_clusters_logs_and_says_where(script_env, own_databases, tmp_path):
+    """The one test here that starts a cluster (on ports of its own): the package fixture's teardown finds the
+    failure and keeps the logs, and the failed test's report says where."""
+    test_file = tmp_path / "test_failing.py"
+    test_file.write_text(FAILING_TEST)
+    (tmp_path / "conftest.py").write_text("from tests.galera.conftest import *  # noqa: F403\n")
+    before = set(KEPT_LOGS.glob("*")) if KEPT_LOGS.exists() else set()
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "-c", str(ROOT / "pyproject.toml"), "--rootdir", str(ROOT)]
+        + ["-p", "no:cacheprovider", "--create-db", "-n", "0", str(test_file)],
+        cwd=ROOT,
+        env={**script_env, **own_databases},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    output = run.stdout + run.stderr
+    kept = set(KEPT_LOGS.glob("*")) - before
+    try:
+        assert run.returncode == 1 and "failed on purpose" in output, output
+        assert len(kept) == 1, output
+        (destination,) = kept
+        assert f"kept under {destination} when the cluster stops" in output  # in the failed test's report
+        assert f"files) are kept under {destination}" in output  # at the end, by the fixture's teardown
+        for node in NODES:
+            assert "WSREP: Synchronized with group" in (destination / f"gal{node}" / "error.log").read_text()
+        assert (destination / "health.log").exists() and (destination / "haproxy.log").exists()
+    finally:
+        for directory in kept:
+            shutil.rmtree(directory, ignore_errors=True)
