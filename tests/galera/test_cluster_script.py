@@ -80,7 +80,8 @@ def test_start_refuses_while_another_process_listens_on_its_ports_and_names_it(d
         result = cluster_script(SCRIPT, "start", directory, check=False, timeout=120)
 
     assert result.returncode == 1, result.stdout + result.stderr
-    assert f"{host}:{port} (gal2's MySQL port) is taken by pid {os.getpid()}: {sys.executable}" in result.stderr
+    command = Path("/proc/self/cmdline").read_bytes().replace(b"\0", b" ").decode()[:100]
+    assert f"{host}:{port} (gal2's MySQL port) is taken by pid {os.getpid()}: {command}" in result.stderr
     assert f"127.0.0.1:{endpoint_port} (the endpoint) is taken by pid {os.getpid()}" in result.stderr
     assert nothing_started(directory)
 
