@@ -1,6 +1,6 @@
 """Fixtures for the Galera suite: one three-node cluster for the package (scripts/mariadb_cluster.sh, fixed ports), both
 services' test databases migrated on it, and the test's connections pointed at its writer endpoint. When a test of the
-package failed, or the cluster did not start, the nodes' and the endpoint's logs are kept under .run/galera-logs/.
+package failed (or the cluster did not start), the nodes' and the endpoint's logs are kept under .run/galera-logs/.
 """
 
 import contextlib
@@ -27,9 +27,11 @@ ALIASES = ("default", "credits")
 # (config/settings.py, DATABASE_WSREP_SYNC_WAIT).
 SYNC_WAIT = 1
 KEPT_LOGS = Path(__file__).resolve().parents[2] / ".run" / "galera-logs"
-# Where this session keeps the cluster's logs if they are kept, and whether a test of the package failed.
+# Where this session keeps the cluster's logs if they are kept, whether a test of the package failed, and the
+# directory of the cluster the package stopped.
 LOGS_DESTINATION = pytest.StashKey[Path]()
 TEST_FAILED = pytest.StashKey[bool]()
+STOPPED_CLUSTER = pytest.StashKey[GaleraCluster]()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -40,8 +42,26 @@ def pytest_runtest_makereport(item, call):
         item.session.stash[TEST_FAILED] = True
         destination = item.session.stash.get(LOGS_DESTINATION, None)
         if destination is not None:
-            report.sections.append(("Galera cluster logs", f"kept under {destination} when the cluster stops"))
+            report.sections.append(("Galera cluster logs", f"kept under {destination} at the end of the session"))
     return report
+
+
+def pytest_sessionfinish(session):
+    """Keep the logs of the cluster the package stopped when a test of the package failed, then remove its directory.
+
+    Here, not in the fixture's teardown: that runs within the last test's teardown, before a failure of that test's
+    own teardown (a cluster that would not become whole again) is reported.
+    """
+    cluster = session.stash.get(STOPPED_CLUSTER, None)
+    if cluster is None:
+        return
+    if session.stash.get(TEST_FAILED, False):
+        destination = session.stash[LOGS_DESTINATION]
+        kept = cluster.keep_logs(destination)
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"The Galera cluster's logs ({len(kept)} files) are kept under {destination}")
+    shutil.rmtree(cluster.directory, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -73,14 +93,13 @@ def galera(request, django_db_setup, django_db_blocker):
     """A three-node cluster shared by the package's modules (its start and the migrations take about 15 s), both
     services' test databases migrated on it (DDL replicated by TOI).
 
-    Its directory goes when it stops, its logs kept first when it did not start or a test of the package failed:
-    they tell what the nodes and the endpoint did.
+    Its nodes' data goes when it stops, the rest of its directory at the end of the session, its logs kept first when
+    a test of the package failed (its own start included): they tell what the nodes and the endpoint did.
     """
     drop_leftover_rules()
     cluster = GaleraCluster(cluster_directory())
-    destination = KEPT_LOGS / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
-    request.session.stash[LOGS_DESTINATION] = destination
-    started = False
+    stash = request.session.stash
+    stash[LOGS_DESTINATION] = KEPT_LOGS / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
     try:
         cluster.start()
         server = cluster.connect()
@@ -93,21 +112,14 @@ def galera(request, django_db_setup, django_db_blocker):
         with django_db_blocker.unblock(), databases_on(cluster):
             for alias in ALIASES:
                 call_command("migrate", database=alias, verbosity=0)
-        started = True
         yield cluster
     finally:
         with contextlib.suppress(Exception):
             cluster.stop()
-        if not started or request.session.stash.get(TEST_FAILED, False):
-            keep_logs(request.config, cluster, destination)
-        shutil.rmtree(cluster.directory, ignore_errors=True)
-
-
-def keep_logs(config, cluster: GaleraCluster, destination: Path) -> None:
-    kept = cluster.keep_logs(destination)
-    reporter = config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line(f"The Galera cluster's logs ({len(kept)} files) are kept under {destination}", yellow=True)
+        # The data (gcache files included) goes now; the logs wait for the session's last report.
+        for data in cluster.directory.glob("gal*/data"):
+            shutil.rmtree(data, ignore_errors=True)
+        stash[STOPPED_CLUSTER] = cluster
 
 
 @pytest.fixture

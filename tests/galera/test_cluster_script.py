@@ -141,10 +141,18 @@ def test_the_endpoint_is_reported_up_only_once_a_connection_through_it_reaches_t
     assert "no connection through the endpoint" in result.stderr and "reached its writer gal1" in result.stderr
 
 
-# A test that fails, run in a pytest of its own with the Galera package's conftest (imported by a conftest beside it).
+# A test that fails, run in a pytest of its own with the Galera package's conftest (imported by a conftest beside it):
+# in its teardown, after the package's cluster stopped, as a test whose cluster would not become whole again does.
 FAILING_TEST = """
-def test_fails_on_purpose(galera):
-    assert False, "failed on purpose"
+import pytest
+
+@pytest.fixture
+def fails_afterwards(galera):
+    yield
+    raise AssertionError("failed on purpose")
+
+def test_fails_in_its_teardown(fails_afterwards):
+    pass
 """
 
 
@@ -184,8 +192,8 @@ def test_a_failed_test_of_the_package_keeps_the_clusters_logs_and_says_where(scr
         assert run.returncode == 1 and "failed on purpose" in output, output
         assert len(kept) == 1, output
         (destination,) = kept
-        assert f"kept under {destination} when the cluster stops" in output  # in the failed test's report
-        assert f"files) are kept under {destination}" in output  # at the end, by the fixture's teardown
+        assert f"kept under {destination} at the end of the session" in output  # in the failed test's report
+        assert f"files) are kept under {destination}" in output  # at the end of the session
         for node in NODES:
             assert "WSREP: Synchronized with group" in (destination / f"gal{node}" / "error.log").read_text()
         assert (destination / "health.log").exists() and (destination / "haproxy.log").exists()
