@@ -28,7 +28,7 @@ from pathlib import Path
 from testkit.processes import database_address, established, server_arguments
 
 MARK = "CREDITSHOP_TEST_PROCESS"
-# Daemons scripts/setup.sh starts for the whole machine; a test run never owns one.
+# Daemons scripts/setup.sh starts for the whole machine; a test run owns none of them but its Galera nodes (below).
 SHARED_SERVICES = frozenset({"mariadbd", "mysqld", "beam.smp", "epmd", "erl_child_setup", "redis-server"})
 # Where testkit/galera_cluster.py puts a cluster's files: a node started there is a test run's, never the machine's.
 CLUSTER_DIRECTORY_PREFIX = "creditshop-galera-"
