@@ -2,6 +2,7 @@
 # A three-node MariaDB Galera cluster on one machine, beside the system server, with one writer endpoint in front.
 #
 #   scripts/mariadb_cluster.sh start DIR          start gal1..gal3 and the endpoint (prints the endpoint's DATABASE_URL)
+#   scripts/mariadb_cluster.sh start-endpoint DIR start the health checker and the endpoint in front of running nodes
 #   scripts/mariadb_cluster.sh stop DIR           stop the endpoint, then every node gracefully (SIGTERM by pid)
 #   scripts/mariadb_cluster.sh status DIR         how many nodes the primary component has, and each node's state
 #   scripts/mariadb_cluster.sh database-url DIR   the endpoint's DATABASE_URL (database GALERA_CLUSTER_DATABASE)
@@ -26,6 +27,12 @@
 # 200 only while node N is Synced and wsrep_ready. Full state transfers use rsync (wsrep_sst_method), the method
 # Debian's packages carry with nothing more to install (mariabackup needs the mariadb-backup package; production should
 # use it, since an rsync donor blocks its writes for the copy).
+#
+# Nothing starts while another process listens on an address and port the cluster is to use (a server already answering
+# on a node's port would take the tests' connections in its place): start, start-endpoint and start-node name the
+# holder and fail. The cluster's own processes (by DIR's pid files) are not in the way of a start that finds them
+# running. start fails, naming the cause, when the health checker cannot run, and reports the endpoint up only once a
+# connection through it reaches the writer.
 set -euo pipefail
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,14 +45,19 @@ CHECK_BASE_PORT=${GALERA_CLUSTER_CHECK_BASE_PORT:-3420}
 ENDPOINT_PORT=${GALERA_CLUSTER_ENDPOINT_PORT:-3410}
 DATABASE=${GALERA_CLUSTER_DATABASE:-creditshop}
 START_TIMEOUT=${GALERA_CLUSTER_START_TIMEOUT:-120}
+# How long the endpoint may take to let a connection reach the writer once the nodes are Synced.
+ENDPOINT_TIMEOUT=${GALERA_CLUSTER_ENDPOINT_TIMEOUT:-15}
 PYTHON=${GALERA_CLUSTER_PYTHON:-$ROOT/.venv/bin/python}
 GALERA_PROVIDER=${GALERA_PROVIDER:-/usr/lib/galera/libgalera_smm.so}
 # Started by root, a node runs as this user, as the system server does: rsync's state transfer daemon, run by root,
 # would drop to "nobody" and fail to write the joiner's data directory.
 RUN_AS=${GALERA_CLUSTER_USER:-mysql}
 NODES=(1 2 3)
+# The writer endpoint: haproxy's config, the health checker, the endpoint's start and its writer.
+# shellcheck source=scripts/galera_endpoint.sh
+. "$ROOT/scripts/galera_endpoint.sh"
 
-usage() { sed -n '2,14p' "$0" >&2; exit 2; }
+usage() { sed -n '2,15p' "$0" >&2; exit 2; }
 
 address() { echo "$ADDRESS_PREFIX.$1"; }
 
@@ -97,41 +109,83 @@ wsrep_provider_options="gmcast.listen_addr=tcp://$ip:$((GALERA_BASE_PORT + n));i
 EOF
 }
 
-write_endpoint_config() {
-  local dir=$1
-  {
-    cat <<EOF
-global
-  pidfile $dir/haproxy.pid
-  stats socket $dir/haproxy.sock mode 600 level admin
-  maxconn 4000
-  # Without it haproxy binds with SO_REUSEPORT, and an endpoint a killed run left behind would share the port with
-  # this one, taking some of its connections to its own choice of writer; with it the second one fails to start.
-  noreuseport
+# The pids of the cluster in DIR that run: its nodes, health checker and endpoint, by their pid files.
+own_pids() {
+  local dir=$1 n
+  for n in "${NODES[@]}"; do node_pid "$dir" "$n" || true; done
+  pid_of "$dir/health.pid" || true
+  pid_of "$dir/haproxy.pid" || true
+}
 
-defaults
-  mode tcp
-  timeout connect 1s
-  # Idle connections are kept as long as the service's persistent ones (CONN_MAX_AGE) may wait between uses.
-  timeout client 30m
-  timeout server 30m
-  timeout check 1500ms
+# Whether process PID belongs to the cluster in DIR: one of its pid files' or a descendant of one, or a process whose
+# command names a file under DIR (a joiner's rsync daemon, during a state transfer, names its config there).
+own_process() {
+  local dir=$1 pid=$2 own
+  own=" $(own_pids "$dir" | tr '\n' ' ') "
+  while [ -n "$pid" ] && [ "$pid" -gt 1 ]; do
+    [[ $own == *" $pid "* ]] && return 0
+    tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -qF -- "$dir/" && return 0
+    pid=$(sed 's/.*) //' "/proc/$pid/stat" 2>/dev/null | cut -d' ' -f2) || return 1
+  done
+  return 1
+}
 
-# One writer at a time: connections go to the node in the single-entry stick table while it is up; "balance first"
-# picks the lowest-numbered healthy node when it is not. A node that comes back does not take the writes back (that
-# would leave two nodes writing while older connections drain); only a failure moves them.
-listen writer
-  bind 127.0.0.1:$ENDPOINT_PORT
-  balance first
-  stick-table type integer size 1
-  stick on int(1)
-  option httpchk GET /
-  default-server check inter 500ms fall 2 rise 2 on-marked-down shutdown-sessions
-EOF
-    for n in "${NODES[@]}"; do
-      echo "  server gal$n $(address "$n"):$((BASE_PORT + n)) id $n addr 127.0.0.1 port $((CHECK_BASE_PORT + n))"
+# The pids listening on TCP PORT where a connection to ADDRESS reaches them (that address, or all of the machine's),
+# one a line; "?" for a listener ss does not name the process of.
+listeners() {
+  local address=$1 port=$2 line local_address pids
+  while read -r line; do
+    [ -n "$line" ] || continue
+    local_address=$(awk '{print $4}' <<<"$line")
+    local_address=${local_address%:*}
+    local_address=${local_address%%%*}
+    case "$local_address" in
+      "$address" | 0.0.0.0 | "*" | "[::]" | "[::ffff:$address]") ;;
+      *) continue ;;
+    esac
+    pids=$(grep -o 'pid=[0-9]*' <<<"$line" | cut -d= -f2 | sort -u || true)
+    echo "${pids:-?}"
+  done < <(ss -tlnpH "( sport = :$port )")
+}
+
+describe_pid() {
+  if [ "$1" = "?" ]; then
+    echo "a process ss does not name"
+  else
+    echo "pid $1: $(tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | cut -c1-200)"
+  fi
+}
+
+node_ports() {
+  local n=$1 ip
+  ip=$(address "$n")
+  echo "$ip $((BASE_PORT + n)) gal$n's MySQL port"
+  echo "$ip $((GALERA_BASE_PORT + n)) gal$n's Galera replication port"
+  echo "$ip $((IST_BASE_PORT + n)) gal$n's incremental state transfer port"
+  echo "$ip $((SST_BASE_PORT + n)) gal$n's full state transfer port"
+}
+
+endpoint_ports() {
+  local n
+  for n in "${NODES[@]}"; do echo "127.0.0.1 $((CHECK_BASE_PORT + n)) gal$n's health check"; done
+  echo "127.0.0.1 $ENDPOINT_PORT the endpoint"
+}
+
+# Fail, naming each holder, when a process other than the cluster's own listens where it is to listen (lines of
+# "ADDRESS PORT WHAT" on stdin): its clients would reach a server this cluster did not start.
+refuse_taken() {
+  local dir=$1 address port what pid taken=()
+  while read -r address port what; do
+    for pid in $(listeners "$address" "$port"); do
+      [ "$pid" != "?" ] && own_process "$dir" "$pid" && continue
+      taken+=("$address:$port ($what) is taken by $(describe_pid "$pid")")
     done
-  } >"$dir/haproxy.cfg"
+  done
+  [ ${#taken[@]} -eq 0 ] && return
+  echo "not starting: another process listens where the cluster in $dir would:" >&2
+  printf '  %s\n' "${taken[@]}" >&2
+  echo "stop it, or give this cluster other addresses and ports (GALERA_CLUSTER_ADDRESS_PREFIX, GALERA_CLUSTER_*_PORT)" >&2
+  exit 1
 }
 
 prepare() {
@@ -144,6 +198,9 @@ pid_of() {
   local pid
   pid=$(cat "$1" 2>/dev/null) && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && echo "$pid"
 }
+
+# Whether PID runs: a child that exited stays a zombie until this shell reaps it, and a zombie answers kill -0.
+running() { [ -r "/proc/$1/stat" ] && [ "$(sed 's/.*) //' "/proc/$1/stat" | cut -d' ' -f1)" != Z ]; }
 
 node_pid() { pid_of "$1/gal$2/mysqld.pid" || pid_of "$1/gal$2/launcher.pid"; }
 
@@ -191,35 +248,6 @@ await_node() {
   done
   echo "gal$n not Synced within ${START_TIMEOUT}s (state ${state:-none}); see $dir/gal$n/error.log" >&2
   exit 1
-}
-
-start_endpoint() {
-  local dir=$1 checks=()
-  if ! pid_of "$dir/health.pid" >/dev/null; then
-    for n in "${NODES[@]}"; do checks+=("$(address "$n"):$((BASE_PORT + n)):$((CHECK_BASE_PORT + n))"); done
-    setsid "$PYTHON" "$ROOT/scripts/galera_health.py" 127.0.0.1 "${checks[@]}" >>"$dir/health.log" 2>&1 </dev/null &
-    echo $! >"$dir/health.pid"
-  fi
-  if ! pid_of "$dir/haproxy.pid" >/dev/null; then
-    haproxy -D -f "$dir/haproxy.cfg" >>"$dir/haproxy.log" 2>&1 || { echo "haproxy failed; see $dir/haproxy.log" >&2; exit 1; }
-  fi
-  for _ in $(seq 40); do
-    [ -n "$(writer "$dir")" ] && { echo "endpoint up on 127.0.0.1:$ENDPOINT_PORT, writing to gal$(writer "$dir")"; return; }
-    sleep 0.25
-  done
-  echo "the endpoint found no healthy node; see $dir/health.log" >&2
-  exit 1
-}
-
-haproxy_command() { echo "$2" | socat -t 2 - "UNIX-CONNECT:$1/haproxy.sock"; }
-
-# The node the endpoint sends new connections to: the one in its stick table while that one is up, else the first up.
-writer() {
-  local dir=$1 up stuck
-  up=$(haproxy_command "$dir" "show servers state writer" 2>/dev/null \
-    | awk '$1 ~ /^[0-9]+$/ && $6 == 2 {print $3}') || return 0
-  stuck=$(haproxy_command "$dir" "show table writer" 2>/dev/null | sed -n 's/.*server_id=\([0-9]*\).*/\1/p')
-  if [ -n "$stuck" ] && grep -qx "$stuck" <<<"$up"; then echo "$stuck"; else head -n 1 <<<"$up"; fi
 }
 
 database_url() { echo "mysql://root:@127.0.0.1:$ENDPOINT_PORT/$DATABASE"; }
@@ -277,6 +305,8 @@ fi
 case "$command" in
   start)
     prepare "$dir"
+    { for n in "${NODES[@]}"; do node_ports "$n"; done; endpoint_ports; } | refuse_taken "$dir"
+    check_health_checker
     running=()
     for n in "${NODES[@]}"; do node_pid "$dir" "$n" >/dev/null && running+=("$n"); done
     if [ ${#running[@]} -eq 0 ]; then
@@ -309,11 +339,17 @@ case "$command" in
     # One at a time, the first node last: the last to leave is the one marked safe to start the cluster again.
     for n in 3 2 1; do signal_node "$dir" "$n" TERM; done
     ;;
+  start-endpoint)
+    write_endpoint_config "$dir"
+    endpoint_ports | refuse_taken "$dir"
+    start_endpoint "$dir"
+    ;;
   status) status "$dir" ;;
   database-url) database_url ;;
   start-node)
     n=${3:?node number}
     write_node_config "$dir" "$n"
+    node_ports "$n" | refuse_taken "$dir"
     others=0
     for m in "${NODES[@]}"; do [ "$m" != "$n" ] && node_pid "$dir" "$m" >/dev/null && others=1; done
     if [ "$others" = 0 ] && safe_to_bootstrap "$dir" "$n"; then start_node "$dir" "$n" bootstrap; else start_node "$dir" "$n"; fi

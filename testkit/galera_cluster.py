@@ -1,5 +1,6 @@
 """A three-node MariaDB Galera cluster for the tests, driven through scripts/mariadb_cluster.sh (the recipe)."""
 
+import shutil
 import tempfile
 import time
 from dataclasses import dataclass
@@ -8,6 +9,7 @@ from urllib.parse import urlsplit
 
 import MySQLdb
 
+from testkit.leftovers import CLUSTER_DIRECTORY_PREFIX
 from testkit.processes import cluster_script
 from testkit.silence import SilentHost
 
@@ -16,11 +18,15 @@ SCRIPT = ROOT / "scripts" / "mariadb_cluster.sh"
 NODES = (1, 2, 3)
 # The cluster's ports are fixed: under pytest-xdist every test using it runs in this one group, on one worker.
 GALERA_CLUSTER_GROUP = "galera-cluster"
+# What tells why a node or the endpoint failed: each node's server log, its stdout (a crash's stack, a state
+# transfer's script), its database install; the health checker's and haproxy's output, and haproxy's config.
+NODE_LOGS = ("error.log", "stdout.log", "install.log")
+CLUSTER_LOGS = ("health.log", "haproxy.log", "haproxy.cfg")
 
 
 def cluster_directory() -> Path:
     """Return a new directory for a cluster's files that the database's own user can reach (pytest's are private)."""
-    directory = Path(tempfile.mkdtemp(prefix="creditshop-galera-"))
+    directory = Path(tempfile.mkdtemp(prefix=CLUSTER_DIRECTORY_PREFIX))
     directory.chmod(0o755)
     return directory
 
@@ -41,6 +47,20 @@ class GaleraCluster:
 
     def stop(self) -> None:
         self.run("stop")
+
+    def keep_logs(self, destination: Path) -> list[Path]:
+        """Copy the nodes' logs and the endpoint's and health checker's into `destination` (same layout as the
+        cluster's directory); return the copies."""
+        sources = [self.directory / f"gal{node}" / name for node in NODES for name in NODE_LOGS]
+        sources += [self.directory / name for name in CLUSTER_LOGS]
+        kept = []
+        for source in sources:
+            if source.is_file():
+                target = destination / source.relative_to(self.directory)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, target)
+                kept.append(target)
+        return kept
 
     @property
     def endpoint(self) -> tuple[str, int]:

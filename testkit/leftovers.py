@@ -8,7 +8,11 @@ process that is gone (a run killed by a timeout or a closed terminal). Such a pr
 the test databases the next run recreates under the same names, and fails that run's tests on data they never wrote.
 
 The shared services (MariaDB, RabbitMQ, Redis) are never stopped here: a test that started one again left it to the
-machine, not to the run. What was stopped is appended to `.run/leftovers.log`.
+machine, not to the run. The one mariadbd a run owns is a node of a Galera cluster it started
+(scripts/mariadb_cluster.sh in a directory of testkit/galera_cluster.py, the node's config named by --defaults-file):
+the script starts it with setsid, so it carries the mark of the test process that ran the script, as the cluster's
+health checker and haproxy do. Left running, it keeps its addresses and ports, and the next run's cluster refuses to
+start beside it. What was stopped is appended to `.run/leftovers.log`.
 """
 
 from __future__ import annotations
@@ -24,8 +28,11 @@ from pathlib import Path
 from testkit.processes import database_address, established, server_arguments
 
 MARK = "CREDITSHOP_TEST_PROCESS"
-# Daemons scripts/setup.sh starts for the whole machine; a test run never owns one.
+# Daemons scripts/setup.sh starts for the whole machine; a test run owns none of them but its Galera nodes (below).
 SHARED_SERVICES = frozenset({"mariadbd", "mysqld", "beam.smp", "epmd", "erl_child_setup", "redis-server"})
+# Where testkit/galera_cluster.py puts a cluster's files: a node started there is a test run's, never the machine's.
+CLUSTER_DIRECTORY_PREFIX = "creditshop-galera-"
+CLUSTER_NODE = re.compile(rf"--defaults-file=\S*/{CLUSTER_DIRECTORY_PREFIX}[^/\s]*/gal\d+/my\.cnf(\s|$)")
 LOG = Path(__file__).resolve().parents[1] / ".run" / "leftovers.log"
 
 
@@ -85,7 +92,9 @@ def marked_processes() -> list[Process]:
         except OSError:  # gone, or not ours to read
             continue
         mark = next((item[len(prefix) :].decode() for item in environ if item.startswith(prefix)), None)
-        if mark is None or name in SHARED_SERVICES or not command:  # not ours, a shared service, a zombie
+        if mark is None or not command:  # not ours, or a zombie
+            continue
+        if name in SHARED_SERVICES and not CLUSTER_NODE.search(command):
             continue
         found.append(Process(int(entry.name), mark, command))
     return found

@@ -3,16 +3,20 @@ stopped at its end, and a run refuses test databases another process is connecte
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
+from pathlib import Path
 
 import MySQLdb
 import pytest
 
 from testkit import leftovers
+from testkit.galera_cluster import cluster_directory
 from testkit.harness import ROOT
 from testkit.processes import database_url, server_arguments
 from testkit.waiting import wait_for
@@ -97,6 +101,59 @@ def test_at_its_sessions_end_what_a_test_process_started_in_a_group_of_its_own_i
         for process in (owner, service, jvm):
             process.kill()
             process.wait()
+
+
+def mariadbd(directory: Path, env: dict[str, str]) -> subprocess.Popen:
+    """Start a mariadbd on a data directory of its own under `directory`, as scripts/mariadb_cluster.sh starts a node:
+    in a session of its own, its config named by --defaults-file; no network, so it is in no one's way. Return it once
+    it takes connections on its socket."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "my.cnf").write_text(
+        "[mysqld]\n"
+        f"datadir={directory / 'data'}\nsocket={directory / 'mysqld.sock'}\nlog-error={directory / 'error.log'}\n"
+        "skip-networking\nskip-grant-tables\ninnodb-buffer-pool-size=8M\ninnodb-log-file-size=4M\n"
+        + ("user=mysql\n" if os.getuid() == 0 else "")
+    )
+    (directory / "data").mkdir()
+    if os.getuid() == 0:
+        shutil.chown(directory, "mysql")
+        shutil.chown(directory / "data", "mysql")
+    process = subprocess.Popen(
+        ["mariadbd", f"--defaults-file={directory / 'my.cnf'}"],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for(lambda: (directory / "mysqld.sock").exists() or process.poll() is not None, what="mariadbd", timeout=30)
+    assert process.poll() is None, (directory / "error.log").read_text()
+    return process
+
+
+def test_a_cluster_node_a_gone_test_process_left_is_stopped_and_the_machines_own_server_is_not():
+    gone = sleeper(without_mark())
+    mark = leftovers.mark_of(gone.pid)
+    gone.kill()
+    gone.wait()
+    env = {**without_mark(), leftovers.MARK: mark}
+    cluster = cluster_directory()
+    machine = Path(tempfile.mkdtemp(prefix="machine-mysql-"))
+    machine.chmod(0o755)
+    # A node of a cluster that test process started, and the machine's server a test of it restarted: both marked.
+    node = mariadbd(cluster / "gal1", env)
+    server = mariadbd(machine, env)
+    try:
+        found = {process.pid for process in leftovers.stop_orphans()}
+
+        assert node.pid in found and server.pid not in found
+        assert stopped(node)
+        assert server.poll() is None
+    finally:
+        for process in (node, server):
+            process.kill()
+            process.wait()
+        shutil.rmtree(cluster, ignore_errors=True)
+        shutil.rmtree(machine, ignore_errors=True)
 
 
 @pytest.fixture

@@ -1,10 +1,14 @@
 """Fixtures for the Galera suite: one three-node cluster for the package (scripts/mariadb_cluster.sh, fixed ports), both
-services' test databases migrated on it, and the test's connections pointed at its writer endpoint.
+services' test databases migrated on it, and the test's connections pointed at its writer endpoint. When a test of the
+package failed (or the cluster did not start), the nodes' and the endpoint's logs are kept under .run/galera-logs/.
 """
 
 import contextlib
+import os
 import shutil
+import time
 import uuid
+from pathlib import Path
 
 import pytest
 from django.contrib.auth import get_user_model
@@ -22,6 +26,42 @@ ALIASES = ("default", "credits")
 # Every connection of the tests and of the processes they start reads what the cluster committed before
 # (config/settings.py, DATABASE_WSREP_SYNC_WAIT).
 SYNC_WAIT = 1
+KEPT_LOGS = Path(__file__).resolve().parents[2] / ".run" / "galera-logs"
+# Where this session keeps the cluster's logs if they are kept, whether a test of the package failed, and the
+# directory of the cluster the package stopped.
+LOGS_DESTINATION = pytest.StashKey[Path]()
+TEST_FAILED = pytest.StashKey[bool]()
+STOPPED_CLUSTER = pytest.StashKey[GaleraCluster]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Note a failed test of the package (setup, call or teardown), and tell in its report where the logs will be."""
+    report = yield
+    if report.failed:
+        item.session.stash[TEST_FAILED] = True
+        destination = item.session.stash.get(LOGS_DESTINATION, None)
+        if destination is not None:
+            report.sections.append(("Galera cluster logs", f"kept under {destination} at the end of the session"))
+    return report
+
+
+def pytest_sessionfinish(session):
+    """Keep the logs of the cluster the package stopped when a test of the package failed, then remove its directory.
+
+    Here, not in the fixture's teardown: that runs within the last test's teardown, before a failure of that test's
+    own teardown (a cluster that would not become whole again) is reported.
+    """
+    cluster = session.stash.get(STOPPED_CLUSTER, None)
+    if cluster is None:
+        return
+    if session.stash.get(TEST_FAILED, False):
+        destination = session.stash[LOGS_DESTINATION]
+        kept = cluster.keep_logs(destination)
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"The Galera cluster's logs ({len(kept)} files) are kept under {destination}")
+    shutil.rmtree(cluster.directory, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -49,11 +89,17 @@ def databases_on(cluster: GaleraCluster):
 
 
 @pytest.fixture(scope="package")
-def galera(django_db_setup, django_db_blocker):
+def galera(request, django_db_setup, django_db_blocker):
     """A three-node cluster shared by the package's modules (its start and the migrations take about 15 s), both
-    services' test databases migrated on it (DDL replicated by TOI)."""
+    services' test databases migrated on it (DDL replicated by TOI).
+
+    Its nodes' data goes when it stops, the rest of its directory at the end of the session, its logs kept first when
+    a test of the package failed (its own start included): they tell what the nodes and the endpoint did.
+    """
     drop_leftover_rules()
     cluster = GaleraCluster(cluster_directory())
+    stash = request.session.stash
+    stash[LOGS_DESTINATION] = KEPT_LOGS / f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}"
     try:
         cluster.start()
         server = cluster.connect()
@@ -70,7 +116,10 @@ def galera(django_db_setup, django_db_blocker):
     finally:
         with contextlib.suppress(Exception):
             cluster.stop()
-        shutil.rmtree(cluster.directory, ignore_errors=True)
+        # The data (gcache files included) goes now; the logs wait for the session's last report.
+        for data in cluster.directory.glob("gal*/data"):
+            shutil.rmtree(data, ignore_errors=True)
+        stash[STOPPED_CLUSTER] = cluster
 
 
 @pytest.fixture

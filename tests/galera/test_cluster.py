@@ -1,12 +1,14 @@
 """scripts/mariadb_cluster.sh's cluster and its writer endpoint: one writer at a time, what happens when two nodes
 write the same row, and how the endpoint and the primary component follow a node killed, stopped or gone silent."""
 
+import os
 import time
 
 import MySQLdb
 import pytest
 
-from testkit.galera_cluster import GALERA_CLUSTER_GROUP
+from testkit import leftovers
+from testkit.galera_cluster import GALERA_CLUSTER_GROUP, NODES
 from testkit.silence import iptables_available
 
 pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(GALERA_CLUSTER_GROUP)]
@@ -83,6 +85,32 @@ def test_status_counts_the_primary_component_and_the_endpoint_has_one_writer(clu
     writer = cluster.writer()
     names = {write_through_endpoint(cluster, 0) for _ in range(10)}
     assert names == {f"gal{writer}"}
+
+
+def test_start_again_finds_its_own_nodes_and_endpoint_running_and_is_not_refused_by_them(cluster):
+    writer = cluster.writer()
+
+    assert cluster.start() == cluster.run("database-url").strip()
+    assert cluster.writer() == writer
+
+
+def test_every_process_of_the_cluster_carries_this_test_processs_mark_for_the_leftovers_guard(cluster):
+    """So a cluster a test process left running when it ended is stopped by the next run (testkit/leftovers.py)."""
+    pids = {int(cluster.run("pid", str(node))) for node in NODES}
+    pids |= {int((cluster.directory / name).read_text()) for name in ("health.pid", "haproxy.pid")}
+    marked = {process.pid: process.mark for process in leftovers.marked_processes()}
+
+    assert {pid: marked.get(pid) for pid in pids} == dict.fromkeys(pids, os.environ[leftovers.MARK])
+
+
+def test_the_nodes_and_the_endpoints_logs_can_be_kept(cluster, tmp_path):
+    kept = cluster.keep_logs(tmp_path)
+
+    names = {str(path.relative_to(tmp_path)) for path in kept}
+    for node in NODES:
+        assert {f"gal{node}/error.log", f"gal{node}/stdout.log"} <= names
+        assert "WSREP: Synchronized with group" in (tmp_path / f"gal{node}" / "error.log").read_text()
+    assert {"health.log", "haproxy.log", "haproxy.cfg"} <= names
 
 
 def test_two_nodes_writing_one_row_fail_the_later_commit_with_a_deadlock(cluster):
