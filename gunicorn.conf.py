@@ -18,15 +18,15 @@ graceful_timeout = 10
 # An idle keep-alive connection stays open this long. It must outlast the idle timeout of whatever holds connections
 # to gunicorn (a load balancer: 60 s on AWS's ALB and nginx's upstream default), so that the client side always closes
 # first: when gunicorn closes a connection just as a request is sent on it, that request fails (a reset, or "remote
-# end closed connection"). With gunicorn's default of 2 s, clients pausing about 2 s between bursts of 150 requests
-# saw 21 such failures in 1,800 requests; with 75 s none (docs/PERFORMANCE.md). An idle connection costs
+# end closed connection"); gunicorn's default of 2 s meets that with clients pausing about 2 s between bursts
+# (docs/PERFORMANCE.md). An idle connection costs
 # a gthread worker a socket in its poller, no thread.
 keepalive = 75
 
 # Third-party modules the application imports that need no Django settings, imported once in the master so every
-# worker forked on start or on HUP inherits them: a worker's boot (import config.wsgi and the URLconf) then costs
-# about a third of the CPU it would without them. The application's own modules (config and
-# the apps) are still imported by each worker, so HUP picks up a new release of them; a new release of one of these
+# worker forked on start or on HUP inherits them: a worker's boot (import config.wsgi and the URLconf) then imports
+# only the application's own modules (config and the apps), which each worker still imports, so HUP picks up a new
+# release of them; a new release of one of these
 # packages needs a full stop and start (tests/test_gunicorn_conf.py checks the master imports none of ours).
 PRELOADED_MODULES = (
     "MySQLdb",

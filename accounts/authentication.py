@@ -2,7 +2,7 @@
 
 A key is never stored: ``api_tokens`` holds its first characters (indexed, to find the row) and its keyed digest
 (accounts/keys.py), compared in constant time. The look-up is one raw query joining the user (building and compiling
-the ORM's took 0.52 ms of CPU per request, the raw join 0.10 ms, 2,000 look-ups each, in process), and its result,
+the ORM's query costs several times running it: docs/PERFORMANCE.md), and its result,
 the user's row with the token's id and expiry, is kept in the shared cache for API_TOKEN_CACHE_SECONDS under the
 key's digest. Requests within that time cost one Redis GET instead of a MariaDB query (bench/bench_orders.py charges
 each process its CPU per order; bench/bench_auth.py measures the look-up alone).

@@ -259,7 +259,7 @@ OUTBOX_BACKOFF_MAX_SECONDS = env_float("OUTBOX_BACKOFF_MAX_SECONDS", 600.0, mini
 OUTBOX_IDLE_SECONDS = env_float("OUTBOX_IDLE_SECONDS", 1.0, minimum=0.01)
 # Wake-ups closer together than this fold into one relay task (sent at the trailing edge), across every web process
 # (a gate in Redis, outbox/wakeup.py): the longest a committed row waits for its wake-up, and at most 1/interval
-# relay tasks a second under load. 25 ms: 10 ms made up to 100 drains a second of a few rows each (bench_orders.py).
+# relay tasks a second under load: shorter makes many drains of a few rows each (docs/PERFORMANCE.md).
 OUTBOX_WAKE_INTERVAL_SECONDS = env_float("OUTBOX_WAKE_INTERVAL_SECONDS", 0.025, minimum=0.0)
 # Under sustained load, wake-ups fold over a longer interval: bigger drains, less CPU per order (outbox/bell.py).
 OUTBOX_WAKE_BUSY_RATE = env_int("OUTBOX_WAKE_BUSY_RATE", 200, minimum=0)

@@ -10,7 +10,7 @@ from core.tracing import tracing_setup  # noqa: E402 (needs the settings module 
 
 # Before the application is built: the Django instrumentation adds its middleware to the settings' list. Each gunicorn
 # worker imports this module after the fork (unless --preload), so each has its own export thread. No span per SQL
-# statement here: the order request's four statements would be four more spans per order, and a span costs about
-# as much CPU as one of them (docs/PERFORMANCE.md, "Tracing overhead"); the request span covers them.
+# statement here: the order request's four statements would be four more spans per order, each costing CPU of the
+# order of the statement it records (docs/PERFORMANCE.md, "Tracing overhead"); the request span covers them.
 tracing_setup(service_name="creditshop-web", django=True, sql=False)
 application = get_wsgi_application()

@@ -1,8 +1,8 @@
 """Spans for Celery tasks in a worker: one consumer span per task run, one producer span per publish made by a task.
 
-In place of opentelemetry-instrumentation-celery, whose span per task run cost about twice the CPU of the award's own
-span: it copied up to nineteen request fields onto it (the delivery info as a string, time limits, reply queue,
-...), read the context through a generic getter and recorded a task-duration metric nobody reads here
+In place of opentelemetry-instrumentation-celery, whose span per task run costs more than the award's own span: it
+copies up to nineteen request fields onto it (the delivery info as a string, time limits, reply queue,
+...), reads the context through a generic getter and records a task-duration metric nobody reads here
 (docs/PERFORMANCE.md, "Tracing overhead"). The spans and their names are the library's:
 
 - ``run/<task name>`` (consumer): a child of the context the message's headers carry (W3C ``traceparent``,

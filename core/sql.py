@@ -1,11 +1,10 @@
 """Plain-SQL statements for the hot paths, built from the models' metadata, and the instances they wrote.
 
 Why plain SQL: the order request and the credit award are the two paths whose CPU cost sets throughput, and the ORM
-spent more CPU building and compiling their statements than the database spent running them (docs/PERFORMANCE.md):
-the three ORM inserts of an order cost about three times the machine time of a whole two-insert transaction in the
-raw ceiling, and an award through the ORM costs about four times its Python CPU through a cursor, while the consumer
-must drain 1,000 awards/s on two cores it shares with MariaDB and RabbitMQ. (accounts/authentication.py does the
-same for the token look-up.) The statements run as one batch per round trip through core/sql_batches.py.
+spends more CPU building and compiling their statements than the database spends running them (docs/PERFORMANCE.md
+gives the figures), while the consumer shares its cores with MariaDB and RabbitMQ. (accounts/authentication.py does
+the same for the token look-up.) The statements run as one batch per round trip through core/sql_batches.py (one
+statement per round trip on a Galera node: Transaction says why).
 
 Why from ``_meta``: a statement typed by hand drifts from its model without a sound. Here the table and every column
 come from the model (``db_table``, each field's ``column``, quoted by the database's ``quote_name``), built on first
@@ -25,8 +24,8 @@ from django.db import connections, router
 from django.db.models import Field, IntegerField, Model, Value
 
 # What the driver escapes in a quoted value besides the quote itself, and a None written as text by %s. Searched
-# for one at a time: on a 1.4 MB batch the searches and the quote count take about a twentieth of the time one
-# regular expression with these alternatives takes.
+# for one at a time: plain substring searches are far cheaper on a large batch than one regular expression with
+# these alternatives.
 _NEEDS_ESCAPING = ("\\", "\x00", "\n", "\r", "\x1a", "'None'")
 
 
@@ -124,9 +123,9 @@ class Insert:
         database default. Text with nothing to escape in it (no quote, backslash or control character the driver
         escapes) is quoted as it is: the statement is first written that way, and if it holds more quotes than its
         text values have ends, or anything to escape, or a None, it is written again escaping every value.
-        Why: seeding 10M orders writes 200M values. In a seed's client CPU this costs about a quarter more than rows
-        formatted by hand (f-strings), escaping every value about 70% more, and the driver's parameters
-        (one %s per value) about 1.7 times the hand-formatted rows (docs/PERFORMANCE.md, "Nightly analytics").
+        Why: a large seed writes hundreds of millions of values, and escaping only when something needs it keeps the
+        seed's client CPU close to rows formatted by hand, where escaping every value or the driver's parameters
+        (one %s per value) cost much more (docs/PERFORMANCE.md, "Nightly analytics").
         """
         if self.only_if:
             raise ValueError("an INSERT guarded by a condition (only_if) writes one row")

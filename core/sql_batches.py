@@ -128,8 +128,8 @@ def _unread_batch(connection, batch: Transaction | str, params: Sequence[Any]) -
         with connection.cursor() as cursor:
             return batch_execute(connection, cursor, batch, params)
     # Otherwise on the backend's own cursor, opened the way connection.cursor() opens one (health check, connection,
-    # thread check) but without Django's wrapper around it, which has nothing to do here: creating, entering and
-    # closing that wrapper, and calling through it, cost about a tenth of a worker's Python CPU per award.
+    # thread check) but without Django's wrapper around it, which has nothing to do here and is work on every award:
+    # creating, entering and closing it, and calling through it.
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     connection.validate_thread_sharing()

@@ -16,9 +16,9 @@ cache_down = CacheDownLog(
 
 
 # INCR, and on a window's first request EXPIRE, as one script: one round trip and one command per request. A redis-py
-# pipeline would do the same in one round trip, but building one copies the client's ~170 response callbacks: 0.1 ms
-# of a web worker's CPU per request (bench_orders.py --profile shows it); so does building a client, hence the
-# shared one (core/cache.shared_client).
+# pipeline would do the same in one round trip, but building one copies the client's response callbacks, on every
+# request (bench_orders.py --profile shows it); so does building a client, hence the shared one
+# (core/cache.shared_client).
 WINDOW_COUNT_INCR = Script(
     None, b"local n = redis.call('INCR', KEYS[1]) if n == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end return n"
 )

@@ -110,7 +110,7 @@ def tracing_setup(
     for exporter in _span_exporters(environ):
         provider.add_span_processor(BatchSpanProcessor(exporter))
     trace.set_tracer_provider(provider)
-    # One tracer for the process: asking the provider for it per span cost as much as a tenth of the span.
+    # One tracer for the process: the provider builds a new one on every call, which a span per statement would pay.
     _state["tracer"] = provider.get_tracer("creditshop")
     if sql:
         sql_spans_install(SqlSpans(_state["tracer"]))
@@ -144,7 +144,7 @@ class SqlSpans:
 
     In place of opentelemetry-instrumentation-mysqlclient (a proxy around every DB-API connection and cursor, a
     regular expression and seven attributes per statement): the same span name (the statement's first word) and
-    the attributes a trace viewer shows (db.system, db.name, db.statement, net.peer.name), for about half the CPU
+    the attributes a trace viewer shows (db.system, db.name, db.statement, net.peer.name), for less CPU
     (docs/PERFORMANCE.md, "Tracing overhead"). A statement whose trace is not being recorded (sampled out at the
     order request) gets no span at all.
     """

@@ -122,7 +122,7 @@ class ClusterConsumer(Consumer):
 
 
 # How often a worker thread checks its database connections before a task. Checking before every task, as Django
-# does per request, puts a ping round trip in front of each credit award: a quarter of its time. A connection
+# does per request, puts a ping round trip in front of each credit award, a task of a few round trips. A connection
 # that dies between checks fails one task with a transient error; the task is retried, and the failed run has closed
 # the connection by then (WorkerTask below).
 DB_CHECK_INTERVAL_SECONDS = 1.0
@@ -134,8 +134,8 @@ class WorkerTask(DjangoTask):
     once a second per thread) and closes them if it fails (a failed query can leave one unusable unnoticed).
 
     A call around the run, not task_prerun/task_postrun receivers: Celery's tracer sends those signals only when some
-    receiver is connected, and sending them (the signal machinery, its keyword arguments, each receiver's call) costs
-    about 4% of a credit award's worker CPU (bench_credits.py). Celery already calls the task object
+    receiver is connected, and sending them (the signal machinery, its keyword arguments, each receiver's call) is
+    work on every award (docs/PERFORMANCE.md). Celery already calls the task object
     rather than its run in a worker (its stack protection counts as an override of __call__), so this costs no
     extra call. Direct calls and eager runs go through Celery's own __call__, and leave the caller's connections alone.
     """
@@ -172,7 +172,7 @@ def django_fixup_per_task_skip(sender=None, **kwargs) -> None:
 
     Before and after each task it counts toward CELERY_DB_REUSE_MAX (WorkerTask manages the connections instead:
     CONN_MAX_AGE, health checks, close after a failure) and closes Django's caches (the Redis cache's close does
-    nothing); two of six receivers per task, about 3% of a credit award's CPU. The fixup connects them
+    nothing): two of six receivers per task, work on every award for nothing. The fixup connects them
     from its own worker_init receiver, connected when the app was created, so before this one. Its other work
     (closing connections a prefork child inherited, django.setup) stays.
     """

@@ -51,8 +51,8 @@ GOODS = (
 # Orders per weekday relative to Monday, and per hour of the day: a shop is busier at weekends and in the evening.
 WEEKDAY_WEIGHTS = (1.0, 0.95, 1.0, 1.05, 1.15, 1.3, 1.2)
 HOUR_WEIGHTS = (1, 1, 1, 1, 1, 2, 3, 5, 6, 7, 7, 8, 9, 8, 7, 7, 8, 9, 10, 11, 11, 9, 5, 2)
-# 5,000 orders (15,000 rows) per transaction is past the knee: bigger batches only grow the statements (about 3 MB
-# for the outbox rows) without loading faster.
+# 5,000 orders (15,000 rows) per transaction is past the knee (docs/PERFORMANCE.md, "Nightly analytics"): bigger
+# batches only grow the statements without loading faster.
 DEFAULT_BATCH_ORDERS = 5_000
 MINUTES_PER_DAY = 24 * 60
 USERS_PER_INSERT = 5_000
@@ -188,7 +188,7 @@ def _orders_per_minute(*, rng: random.Random, count: int) -> list[int]:
 def _creation_times(*, rng: random.Random, counts: list[int], first_day: date) -> Iterator[float]:
     """Yield every order's creation time (Unix seconds, UTC) in ascending order, one minute's orders at a time.
 
-    Streaming matters: a day of 10M orders sorted at once would be a 10M-float list (about 400 MB).
+    Streaming matters: a large day's orders sorted at once would be a list of one float per order, all in memory.
     """
     for day_index, count in enumerate(counts):
         day = first_day + timedelta(days=day_index)
@@ -303,7 +303,8 @@ def _write_parallel(batches: Iterator[list[tuple[str, str, int]]], *, on_progres
             connection = connections[alias]
             connection.ensure_connection()
             # The backend's own cursor, not connection.cursor(): under DEBUG, Django keeps the text of a connection's
-            # last 9,000 statements, and these are up to 1.5 MB each (a 10M-order seed's process grew to 5 GB).
+            # last 9,000 statements, and these statements are megabytes each, so a large seed's memory would grow by
+            # gigabytes.
             with contextlib.closing(connection.create_cursor()) as cursor:
                 cursor.execute("SET SESSION unique_checks = 0, foreign_key_checks = 0")
                 while (item := queue.get()) is not None:

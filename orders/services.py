@@ -69,7 +69,7 @@ def _order_rows_insert(connection, rows: OrderRows, *, own_transaction: bool) ->
     """Run the order's batch and return the order's new id; in its own transaction, or in the caller's."""
     batch = order_batch(own_transaction=own_transaction, idempotency_key=rows.idempotency_key is not None)
     # On the backend's own cursor (core/sql_batches.batch_insert_ids), as the award's: Django's cursor wrapper, its
-    # execute wrapper and a nextset() per result cost a twelfth of the order's batch.
+    # execute wrapper and a nextset() per result are work on every order that reads nothing the batch returns.
     keys = sql_batches.batch_insert_ids(connection, batch, rows.parameters())
     # The order's INSERT is the batch's first statement, after START TRANSACTION in a batch of its own.
     return keys[1 if own_transaction else 0]
@@ -100,7 +100,7 @@ def order_create(
     a concurrent duplicate blocks on the index until the first commits, then fails and reads the winner.
     """
     # The connection itself, not django.db.connection: each attribute read through that proxy looks the connection up
-    # again, and the order's path reads about fifteen.
+    # again, and the order's path reads many.
     connection = connections[DEFAULT_DB_ALIAS]
     fingerprint = request_fingerprint(goods_name=goods_name, total=total)
     transaction_id = new_transaction_id()

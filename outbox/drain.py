@@ -83,9 +83,10 @@ def _drain_backlog(
     """Relay a backlog with the database and the broker busy at the same time.
 
     While this thread writes the current batch to the broker, one helper thread claims the next batch and another
-    marks the previous one, each on its own database connection (the two statements touch different rows, and
-    running them side by side is about 15% faster than one helper doing both). The confirms of batch n are collected
-    after batch n+1 is written, so at most two batches are unconfirmed and the wait mostly finds them already in.
+    marks the previous one, each on its own database connection (the two statements touch different rows, so
+    neither waits for the other, where one helper would run them one after the other). The confirms of batch n are
+    collected after batch n+1 is written, so at most two batches are unconfirmed and the wait mostly finds them already
+    in.
     Each step is still the plain claim_due / Publisher / record_outcome, in that order for any one batch.
     """
     recorded: list[Future] = []

@@ -3,8 +3,8 @@
 Why plain SQL: a relay woken by the web drains a few rows at a time, dozens of times a second, and through the ORM
 the cost of a drain is mostly fixed: building and compiling its three statements, and ``transaction.atomic``
 toggling autocommit around the claim (``SET autocommit=0``, ``COMMIT``, ``SET autocommit=1``). In plain SQL the
-claim and the mark of 10 rows cost about a third of the ORM's CPU (docs/PERFORMANCE.md, "Outbox relay under the
-web's wake-ups"). Here the claim is two round trips (``START TRANSACTION`` and the locking SELECT in one batch, the
+claim and the mark cost a fraction of the ORM's CPU (docs/PERFORMANCE.md, "Outbox relay under the web's
+wake-ups"). Here the claim is two round trips (``START TRANSACTION`` and the locking SELECT in one batch, the
 lease UPDATE and ``COMMIT`` in another; on a Galera node the lease and its ``COMMIT`` go apart, core/sql.Transaction
 says why) and the mark one, each built once per process from the model's metadata (``core/sql.py`` says why);
 tests/test_hot_path_sql.py checks them against the model. What the claim reads goes through the converters the ORM

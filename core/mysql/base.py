@@ -3,10 +3,10 @@ silent (DATABASES' ENGINE, config/settings.py).
 
 With CONN_HEALTH_CHECKS a connection reused by a new request (or, in the workers, at most once a second: core/worker.py)
 is checked first, so a connection the server closed (KILL, wait_timeout, a restart) heals instead of failing the
-request. Django checks with a ping: a round trip to the server before every order, about 27 us of the web's CPU and
-as much of the server's. Between statements nothing is due from the server on an idle connection, so a connection it
+request. Django checks with a ping: a round trip to the server before every order, CPU on both sides for an answer
+the socket already holds. Between statements nothing is due from the server on an idle connection, so a connection it
 closed is one whose socket is readable: its end of file, or the error packet MariaDB sends before closing, is waiting.
-A poll of the socket answers that without a round trip (under 1 us). It does not see a peer that vanished without
+A poll of the socket answers that without a round trip. It does not see a peer that vanished without
 closing (a host powered off, a network that drops packets); such a connection fails its next statement at the read
 deadline (core/deadlines.py) and is closed as any failed connection is.
 

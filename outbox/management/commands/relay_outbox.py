@@ -15,8 +15,8 @@ from outbox.publisher import Publisher
 
 class Command(BaseCommand):
     help = "Publish due outbox rows to RabbitMQ. Loops until SIGTERM/SIGINT; --once drains what is due and exits."
-    # System checks import the URLconf and with it the whole API (a third of this command's start-up); a relay
-    # needs none of it, and `manage.py check` runs in CI.
+    # System checks import the URLconf and with it the whole API, slowing every start; a relay needs none of it, and
+    # `manage.py check` runs in CI.
     requires_system_checks = []
 
     def add_arguments(self, parser):
