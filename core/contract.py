@@ -7,7 +7,7 @@ total, the queues and task names on the broker, and the header the relay adds. I
 
 import re
 
-# transaction_log.business of an order's message (CONTRACT: tables).
+# transaction_log.business of an order's message (docs/CONTRACT.md, "Tables").
 BUSINESS_ORDER = "order"
 # The payload's schema_version. The rule (docs/ARCHITECTURE.md, "Message versions"): a version only adds fields, and
 # never changes what an existing field means; a new meaning is a new version.

@@ -19,7 +19,7 @@ class OrderCredit(models.Model):
     # The UNIQUE index on order_id is what makes a redelivered message a no-op. The order itself is in the other
     # service's database: a credit whose order does not exist is what the nightly orphan_credit check finds.
     order_id = models.BigIntegerField(unique=True)
-    # The credits awarded: 2 x the order's total (stored in the `total` column the contract names).
+    # The credits awarded: 2 x the order's total (stored in the `total` column docs/CONTRACT.md names).
     amount = models.PositiveIntegerField(db_column="total")
     transaction_id = models.CharField(max_length=32, db_collation="ascii_bin", blank=True, default="")
     created_at = models.DateTimeField(default=timezone.now, db_index=True)

@@ -19,7 +19,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from django.conf import settings
 from django.db import connections
 
-# The environment variable that gives each database alias to a process (CONTRACT.md).
+# The environment variable that gives each database alias to a process (docs/CONTRACT.md, "Settings").
 DATABASE_URL_VARIABLES = {"default": "DATABASE_URL", "credits": "CREDITS_DATABASE_URL"}
 
 
