@@ -58,7 +58,9 @@ def measure(user, servers: list[int], galera_node: bool, orders: int) -> dict[st
                 placed.append(placement.order.pk)
         else:
             for order_id in placed:
-                credit_award(transaction_id=new_transaction_id(), order_id=order_id, user_id=user.pk, total=3)
+                award = credit_award(transaction_id=new_transaction_id(), order_id=order_id, user_id=user.pk, total=3)
+                if not award.created:
+                    sys.exit(f"order {order_id} was credited before: a wrong result")
         wall = time.perf_counter() - started
         own = own_cpu_seconds() - own_before
         server = sum(process_tree_cpu_seconds(pid) for pid in servers) - server_before

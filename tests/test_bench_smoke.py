@@ -33,6 +33,7 @@ BENCHES = {
     "bench_tracing": ["--awards", "50", "--rounds", "1"],
     "bench_e2e": ["--rate", "20", "--seconds", "2", "--skip-baseline"],
     "bench_orders": ["--rounds", "1", "--seconds", "2", "--variants", "ours,plain,bare"],
+    "bench_galera_writes": ["--orders", "20", "--rounds", "1", "--one-server-only"],
 }
 
 
