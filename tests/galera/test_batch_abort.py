@@ -24,6 +24,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(GALERA_CLUSTER_GROUP)]
 # 5,000 leaves the test no chance of missing it.
 PAIRS_TO_MEET_ONE = 5000
 CONFLICTS = 300
+# The pause between the two INSERTs: the other node's INSERT starts a quarter of it in, and is applied here well
+# within the rest on a loaded machine.
+PAUSE = 2.0
 
 
 @pytest.fixture
@@ -36,14 +39,14 @@ def nodes(galera):
 
 @pytest.mark.parametrize("form", [BATCH, COMMIT_APART])
 def test_an_abort_between_two_statements_of_a_batch_stores_half_the_transaction(nodes, form):
-    told, (key_rows, mark_rows) = widened(nodes, form)
+    told, (key_rows, mark_rows) = widened(nodes, form, pause=PAUSE)
     # The key went to the other node's transaction, so ours was aborted; yet its second INSERT ran after the abort,
     # committing on its own, whatever the client was told.
     assert (key_rows, mark_rows) == (0, 1), told
 
 
 def test_between_round_trips_the_abort_is_reported_and_nothing_is_stored(nodes):
-    told, rows = widened(nodes, ROUND_TRIPS)
+    told, rows = widened(nodes, ROUND_TRIPS, pause=PAUSE)
     assert (told, rows) == (ER_LOCK_DEADLOCK, (0, 0))
 
 
