@@ -21,7 +21,7 @@ Three steps the fast path does its own way, each only where it is the view's own
 Stepping aside for these, rather than reproducing every variant, keeps the fast path the size of the one request it is
 for; running the rest through the view's own methods, rather than stepping aside whenever they change, keeps it right
 for any permission, throttle or renderer without a list of the ones it knows. Those methods cost what they cost DRF's
-dispatch (a view instance, a DRF request, the instances their classes make), a small part of what the fast path
+dispatch (a view instance, a DRF request, the instances their classes make), less than what the fast path
 saves, and nothing is cached between requests, so a view changed at run time is read as changed.
 
 The token and the throttle's count come in one Redis round trip where the authenticator can (a token this process has
