@@ -228,7 +228,7 @@ def placement_answer(placement: services.OrderPlacement) -> Response:
 
 # The common order request's answer without DRF's request, negotiation and dispatch (orders/fast_path.py); None for
 # any other request, which the DRF view answers.
-order_create_fast = order_create_fast_for(OrderListCreateApi, throttle_class=OrderThrottle, answer=placement_answer)
+order_create_fast = order_create_fast_for(OrderListCreateApi, answer=placement_answer)
 
 
 class OrderDetailApi(APIView):
