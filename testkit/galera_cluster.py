@@ -22,6 +22,8 @@ GALERA_CLUSTER_GROUP = "galera-cluster"
 # transfer's script), its database install; the health checker's and haproxy's output, and haproxy's config.
 NODE_LOGS = ("error.log", "stdout.log", "install.log")
 CLUSTER_LOGS = ("health.log", "haproxy.log", "haproxy.cfg")
+# Where a test run keeps a cluster's logs when a test using it failed (tests/galera/conftest.py).
+KEPT_LOGS = ROOT / ".run" / "galera-logs"
 
 
 def cluster_directory() -> Path:

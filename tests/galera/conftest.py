@@ -18,7 +18,7 @@ from rest_framework.test import APIClient
 
 from accounts.services import api_token_create
 from core.deadlines import INIT_COMMAND_KEY
-from testkit.galera_cluster import GaleraCluster, cluster_directory
+from testkit.galera_cluster import KEPT_LOGS, GaleraCluster, cluster_directory
 from testkit.lost_answer import LostAnswerProxy
 from testkit.silence import drop_leftover_rules
 
@@ -26,7 +26,6 @@ ALIASES = ("default", "credits")
 # Every connection of the tests and of the processes they start reads what the cluster committed before
 # (config/settings.py, DATABASE_WSREP_SYNC_WAIT).
 SYNC_WAIT = 1
-KEPT_LOGS = Path(__file__).resolve().parents[2] / ".run" / "galera-logs"
 # Where this session keeps the cluster's logs if they are kept, whether a test of the package failed, and the
 # directory of the cluster the package stopped.
 LOGS_DESTINATION = pytest.StashKey[Path]()

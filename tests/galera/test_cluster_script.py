@@ -13,10 +13,9 @@ from pathlib import Path
 import MySQLdb
 import pytest
 
-from testkit.galera_cluster import NODES, SCRIPT, cluster_directory
+from testkit.galera_cluster import KEPT_LOGS, NODES, SCRIPT, cluster_directory
 from testkit.harness import ROOT
 from testkit.processes import DATABASE_URL_VARIABLES, cluster_script, database_url, server_arguments
-from tests.galera.conftest import KEPT_LOGS
 
 pytestmark = pytest.mark.slow
 
