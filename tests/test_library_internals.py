@@ -155,7 +155,11 @@ def test_django_redis_cache_servers():
 # --- Django's database backend (core/sql_batches.py, core/mysql/base.py) ----------------------------------------
 
 
-@pytest.mark.django_db
+# Outside a test case's transaction, so the test leaves no connection open behind it (Django closes it afterwards).
+database = pytest.mark.django_db(transaction=True, databases=["default"])
+
+
+@database
 @internal("django-cursor-wrappers")
 def test_django_cursor_wrappers():
     with connection.cursor() as cursor:
@@ -174,7 +178,7 @@ def test_django_cursor_steps():
     assert isinstance(BaseDatabaseWrapper.queries_logged, property)
 
 
-@pytest.mark.django_db
+@database
 @internal("django-execute-wrappers")
 def test_django_execute_wrappers():
     before = list(connection.execute_wrappers)
@@ -194,9 +198,10 @@ def test_django_mysql_backend_hooks():
     assert "self.wrapper" in inspect.getsource(DatabaseErrorWrapper.__exit__)
 
 
-@pytest.mark.django_db
+@database
 @internal("mysqlclient-driver-connection")
 def test_mysqlclient_driver_connection():
+    connection.ensure_connection()
     galera_node(connection)  # keeps its answer in an attribute of ours on the driver connection
     driver = connection.connection
     assert isinstance(getattr(driver, _GALERA_NODE), bool)
