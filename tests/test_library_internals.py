@@ -34,6 +34,7 @@ from redis.connection import Connection as RedisConnection
 from redis.connection import ConnectionPool
 from rest_framework import parsers
 from rest_framework.renderers import JSONRenderer
+from rest_framework.request import Request as DRFRequest
 from rest_framework.response import Response
 from rest_framework.test import APIRequestFactory
 from rest_framework.throttling import SimpleRateThrottle
@@ -85,9 +86,6 @@ def calls(function) -> set[str]:
     }
 
 
-# --- py-amqp (a live connection: these internals exist once connected) ------------------------------------------
-
-
 @pytest.fixture(scope="module")
 def broker():
     with app.connection_for_write() as conn:
@@ -123,9 +121,6 @@ def test_amqp_transport_sock(broker):
     assert broker.connection.sock.gettimeout() is None  # blocking once connected
 
 
-# --- Django's Redis cache (core/cache.py, core/throttling.py, outbox/bell.py) -----------------------------------
-
-
 @internal("django-redis-cache-client")
 def test_django_redis_cache_client():
     cache = caches["default"]
@@ -150,9 +145,6 @@ def test_django_redis_cache_serializer():
 def test_django_redis_cache_servers():
     servers = caches["default"]._cache._servers
     assert servers == [settings.CACHES["default"]["LOCATION"]]
-
-
-# --- Django's database backend (core/sql_batches.py, core/mysql/base.py) ----------------------------------------
 
 
 # Outside a test case's transaction, so the test leaves no connection open behind it (Django closes it afterwards).
@@ -213,9 +205,6 @@ def test_mysqlclient_driver_connection():
     assert driver.next_result() == -1
 
 
-# --- Celery: the worker's request and the messages built by hand ------------------------------------------------
-
-
 def kombu_message(body, headers: dict, properties: dict) -> Message:
     """A message as the worker's consumer receives it from the broker."""
     delivery = {"exchange": "credits", "routing_key": "credits", "redelivered": False}
@@ -271,9 +260,6 @@ def test_celery_message_protocol_2_wakeup():
     assert request.expires == expires
 
 
-# --- Celery: the worker's machinery (core/worker.py, core/beat.py) ----------------------------------------------
-
-
 @internal("celery-django-fixup")
 def test_celery_django_fixup():
     fixups = [fixup for fixup in app._fixups if isinstance(fixup, DjangoFixup)]
@@ -325,7 +311,18 @@ def test_celery_beat_connection():
     assert "self.__dict__.pop('connection', None)" in inspect.getsource(Scheduler.close)
 
 
-# --- redis-py, Django REST framework, gunicorn, PySpark --------------------------------------------------------
+@internal("celery-beat-schedule-store")
+def test_celery_beat_schedule_store():
+    # core/beat.Scheduler overrides some steps of Celery's opening of the schedule file and calls the others.
+    setup = PersistentScheduler.setup_schedule
+    assert {"_open_schedule", "_destroy_open_corrupted_schedule", "_create_schedule"} <= calls(setup)
+    assert "self._store = " in inspect.getsource(setup)
+    assert parameters(PersistentScheduler._destroy_open_corrupted_schedule) == ["self", "exc"]
+    assert parameters(PersistentScheduler._open_schedule) == parameters(PersistentScheduler._remove_db) == ["self"]
+    assert "self.schedule_filename + suffix" in inspect.getsource(PersistentScheduler._remove_db)
+    assert "" in PersistentScheduler.known_suffixes and "self._store['entries']" in inspect.getsource(
+        PersistentScheduler._create_schedule
+    )
 
 
 @internal("redis-connection-hooks")
@@ -352,25 +349,20 @@ def test_drf_parser_encoding():
     assert "get_encoding(parser_context)" in inspect.getsource(parsers.JSONParser.parse)
 
 
-@internal("drf-response-finalize")
-def test_drf_response_finalize():
-
-    class Probe(APIView):
-        def get(self, request):
-            return Response({"x": 1})
-
-    answered = Probe.as_view()(APIRequestFactory().get("/", HTTP_ACCEPT="application/json"))
-    assert isinstance(answered.accepted_renderer, JSONRenderer)
-    assert answered.accepted_media_type == "application/json"
-    assert isinstance(answered.renderer_context, dict)
-    headers = Probe().default_response_headers
-    assert set(headers) == {"Allow", "Vary"} and answered["Vary"] == headers["Vary"]
-    response = Response({"x": 1})  # finalized by hand, as the fast path does
-    response.accepted_renderer, response.accepted_media_type, response.renderer_context = (
-        JSONRenderer(),
-        "application/json",
-        {},
-    )
+@internal("drf-dispatch-steps")
+def test_drf_dispatch_steps():
+    # orders/fast_path.py takes APIView.dispatch's and initial's steps itself, with the view's own methods.
+    assert {"initialize_request", "initial", "handle_exception", "finalize_response"} <= calls(APIView.dispatch)
+    assert "self.headers = self.default_response_headers" in inspect.getsource(APIView.dispatch)
+    initial = "get_format_suffix perform_content_negotiation determine_version perform_authentication"
+    assert calls(APIView.initial) >= {*initial.split(), "check_permissions", "check_throttles"}
+    assert isinstance(inspect.getattr_static(DRFRequest, "user"), property) and DRFRequest.user.fset is not None
+    request = DRFRequest(APIRequestFactory().get("/"))
+    request._authenticator, request.user = "token", "someone"  # as the fast path sets them
+    assert request.successful_authenticator == "token" and request._request.user == "someone"
+    assert {"negotiator", "parsers", "parser_context", "authenticators"} <= set(vars(request))
+    response = Response({"x": 1})  # finalize_response sets these, rendered_content reads them
+    response.accepted_renderer, response.accepted_media_type, response.renderer_context = JSONRenderer(), "a/b", {}
     assert response.render().content == b'{"x":1}'
 
 
