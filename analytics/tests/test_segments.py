@@ -99,7 +99,7 @@ def found(reports) -> dict[str, tuple[int, list]]:
 
 def per_user(sql: str, alias: str) -> dict[int, tuple]:
     with connections[alias].cursor() as cursor:
-        cursor.execute(f"SELECT user_id, SUM(`rows`), SUM(amount), SUM(checksum) FROM ({sql}) AS t GROUP BY user_id")
+        cursor.execute(f"SELECT user_id, SUM(`rows`), SUM(amount), SUM(checksum) FROM ({sql}) AS t GROUP BY user_id")  # noqa: S608
         return {row[0]: tuple(row[1:]) for row in cursor.fetchall()}
 
 
