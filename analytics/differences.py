@@ -49,16 +49,27 @@ def extract_differences(
     k = settings.ANALYTICS_AUDIT_USERS if audit_users is None else audit_users
     with progress.stage("extract: compare users in the databases") as facts:
         aggregates = segments.read_aggregates(spark, sources, span, period)
-        orders_per_user = aggregates.orders_per_user.cache()
-        aggregates.orders_per_user = orders_per_user
+        # Cached: each is read once from its database, counted here and used again by the reports.
+        for name in ("orders_per_user", "credits_per_user_day", "new_users", "latency"):
+            setattr(aggregates, name, getattr(aggregates, name).cache())
+        orders_per_user = aggregates.orders_per_user
         credits_sql = segment_sql.credits_per_user(span.low, span.high)
         credits_per_user = segments.read_sql(spark, sources.credits, credits_sql).cache()
         compared = segments.compare_users(orders_per_user, credits_per_user).cache()
         audited = segments.audit_sample(compared, k=k, seed=segments.audit_seed(period)).cache()
         wanted = compared.where(~F.col("agree")).select("user_id").unionByName(audited).distinct().cache()
-        counted = count_together({"users": compared, "audited": audited, "fetched": wanted})
+        read = {
+            "orders_per_user": orders_per_user,
+            "credits_per_user": credits_per_user,
+            "credits_per_user_day": aggregates.credits_per_user_day,
+            "new_users": aggregates.new_users,
+            "latency": aggregates.latency,
+        }
+        counted = count_together({"users": compared, "audited": audited, "fetched": wanted, **read})
+        received = sum(counted[name] for name in read)
         facts.update(
             span=f"{span.low}..{span.high}",
+            aggregate_rows=received,
             users=counted["users"],
             audited=counted["audited"],
             users_fetched=counted["fetched"],
@@ -66,6 +77,7 @@ def extract_differences(
     with progress.stage("extract: compare outbox ranges") as facts:
         leaves = segments.bisect_outbox(spark, sources.orders, span, facts)
         facts["leaves"] = len(leaves)
+        received += facts.get("bucket_rows", 0)
     with progress.stage("extract: fetch where they differ") as facts:
         dead_letters, note = extract.read_open_dead_letters(spark, sources.credits)
         dead_letters = dead_letters.cache()
@@ -84,9 +96,17 @@ def extract_differences(
         recomputed = segments.recompute_users(data.orders, data.credits, span)
         mismatched = segments.audit_mismatches(audited, (orders_per_user, credits_per_user), recomputed)
         counted = count_together(
-            {"orders": data.orders, "credits": data.credits, "logs": data.logs, "audit": mismatched}
+            {
+                "orders": data.orders,
+                "credits": data.credits,
+                "logs": data.logs,
+                "dead_letters": dead_letters,
+                "audit": mismatched,
+            }
         )
         facts.update({f"{name}_fetched": counted[name] for name in ("orders", "credits", "logs")})
+        # Rows the run received from the databases so far (the look-ups' come after; they report what they found).
+        facts["rows_received"] = received + sum(counted[n] for n in ("orders", "credits", "logs", "dead_letters"))
         facts["audit_mismatches"] = counted["audit"]
         if counted["audit"]:
             # The checks ran on these users' rows anyway; a mismatch means a checksum no longer says what its rows

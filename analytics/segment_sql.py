@@ -2,9 +2,9 @@
 
 Each service's database answers small aggregates over its own rows (per user, per key range, per day), so only
 the aggregates cross the wire and rows travel only where the two sides disagree (analytics/segments.py). The
-statements are text for Spark's JDBC reader (`dbtable` subqueries and `predicates`), so table and column names come
-from the models' `_meta` (never typed by hand; analytics/tests/test_segment_sql.py fails when they drift), and every value in
-them is an integer or a UTC timestamp this module formats itself.
+statements are text for Spark's JDBC reader (`dbtable` subqueries and `predicates`), so table and column names
+come from the models' `_meta` (never typed by hand; analytics/tests/test_segment_sql.py fails when they drift),
+and every value in them is an integer or a UTC timestamp this module formats itself.
 
 The row hash: 15 hex digits of MD5 (60 bits) cast to an unsigned integer, over text both sides form identically:
 orders `<id>:<2 x total>`, credits `<order_id>:<amount>`. Its SUM is an exact DECIMAL, so a segment agrees only if

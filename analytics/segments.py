@@ -16,7 +16,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from analytics import extract, jdbc, segment_sql
@@ -182,13 +182,18 @@ def bisect_outbox(
         level += 1
         orders_sql, logs_sql = segment_sql.ranges_compared(ranges, width)
         o = read_sql(spark, source, orders_sql).select(
-            "bucket", F.col("rows").alias("o_rows"), F.col("checksum").alias("o_sum")
+            "bucket", F.col("rows").alias("o_rows"), F.col("checksum").alias("o_sum"), F.lit(1).alias("o_read")
         )
         lg = read_sql(spark, source, logs_sql).select(
-            "bucket", F.col("rows").alias("l_rows"), F.col("checksum").alias("l_sum")
+            "bucket", F.col("rows").alias("l_rows"), F.col("checksum").alias("l_sum"), F.lit(1).alias("l_read")
         )
         agree = _eq(F.col("o_rows"), F.col("l_rows")) & _eq(F.col("o_sum"), F.col("l_sum"))
-        buckets = sorted(row.bucket for row in o.join(lg, "bucket", "full_outer").where(~agree).collect())
+        # One job per level: the disagreeing buckets, and on every row how many rows the two reads returned.
+        paired = o.join(lg, "bucket", "full_outer")
+        read = F.sum(F.coalesce("o_read", F.lit(0)) + F.coalesce("l_read", F.lit(0))).over(Window.partitionBy())
+        rows = paired.select("bucket", agree.alias("agree"), read.alias("read")).collect()
+        facts["bucket_rows"] = facts.get("bucket_rows", 0) + (rows[0].read if rows else 0)
+        buckets = sorted(row.bucket for row in rows if not row.agree)
         ranges = [(max(span.low, b * width), min(span.high, (b + 1) * width - 1)) for b in buckets]
         facts[f"outbox_level{level}_width"] = width
         facts[f"outbox_level{level}_differing"] = len(ranges)

@@ -17,6 +17,7 @@ from analytics.jobs import window_bounds
 from analytics.period import Period
 from bench import proc_stats
 from bench.analytics_baseline import sql_baseline
+from bench.byte_counter import Relays
 from bench.proc_stats import ServerThreads, TreeSampler, gc_log_peaks, server_pid
 from credits.models import OrderCredit
 from demo.plant import plant_inconsistencies
@@ -180,3 +181,21 @@ def rows_in_the_read_window(day) -> dict[str, int]:
         "logs": TransactionLog.objects.filter(business=ORDER_BUSINESS, **within).count(),
         "credits": OrderCredit.objects.filter(**within).count(),
     }
+
+
+@pytest.mark.django_db
+def test_the_byte_counter_relays_a_connection_and_counts_what_the_client_receives():
+    params = connections["default"].get_connection_params()
+    with Relays(connections) as relays:
+        client = MySQLdb.connect(**{**params, "host": "127.0.0.1", "port": relays.counters["default"].port})
+        try:
+            before = relays.received
+            cursor = client.cursor()
+            cursor.execute("SELECT REPEAT('x', 200000)")
+            assert cursor.fetchone()[0] == "x" * 200_000
+        finally:
+            client.close()
+        assert 200_000 <= relays.received - before < 201_000
+        assert relays.url("default", "mysql://u:p@db.example:3307/shop") == (
+            f"mysql://u:p@127.0.0.1:{relays.counters['default'].port}/shop"
+        )
