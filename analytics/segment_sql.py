@@ -91,6 +91,20 @@ def in_window(column: str, start: datetime, end: datetime) -> str:
     return f"{column} >= {ts(start)} AND {column} < {ts(end)}"
 
 
+def keys_within(column: str, keys: tuple | None) -> str:
+    """`<column> BETWEEN lower AND upper AND ` for the period's primary-key span (integers, or hex text), so a scan
+    by time becomes a sequential range of the clustered index; empty when the span is unknown.
+    """
+    if keys is None or keys[0] is None:
+        return ""
+    lower, upper = keys
+    if isinstance(lower, int):
+        return f"{between(column, lower, upper)} AND "
+    if not all(c in "0123456789abcdef" for c in lower + upper):
+        return ""
+    return f"{column} BETWEEN '{lower}' AND '{upper}' AND "
+
+
 def orders_per_user(low: int, high: int) -> str:
     """Per user and day of the orders with ids in [low, high]: count, 2 x total, and both hashes summed."""
     t = tables()
@@ -121,26 +135,27 @@ def credits_per_user(low: int, high: int) -> str:
     )
 
 
-def credits_per_user_day(start: datetime, end: datetime) -> str:
+def credits_per_user_day(start: datetime, end: datetime, keys: tuple | None = None) -> str:
     """Per day and user, the credits awarded in [start, end): count and amount (the reports' credit side)."""
     t = tables()
     c = t.credit
     return (
         f"SELECT DATE({c['created_at']}) AS date, {c['user_id']} AS user_id, "  # noqa: S608
         f"COUNT(*) AS credits_awarded, CAST(SUM({c['amount']}) AS SIGNED) AS credits_total "
-        f"FROM {t.credits} WHERE {in_window(c['created_at'], start, end)} "
+        f"FROM {t.credits} WHERE {keys_within(c['id'], keys)}{in_window(c['created_at'], start, end)} "
         f"GROUP BY DATE({c['created_at']}), {c['user_id']}"
     )
 
 
-def latency_histogram(start: datetime, end: datetime) -> str:
+def latency_histogram(start: datetime, end: datetime, keys: tuple | None = None) -> str:
     """Per day and whole millisecond from ordered_at to award: how many credits awarded in [start, end)."""
     t = tables()
     c = t.credit
     ms = f"ROUND(TIMESTAMPDIFF(MICROSECOND, {c['ordered_at']}, {c['created_at']}) / 1000)"
     return (
         f"SELECT DATE({c['created_at']}) AS date, CAST({ms} AS SIGNED) AS ms, COUNT(*) AS credits "  # noqa: S608
-        f"FROM {t.credits} WHERE {in_window(c['created_at'], start, end)} AND {c['ordered_at']} IS NOT NULL "
+        f"FROM {t.credits} WHERE {keys_within(c['id'], keys)}{in_window(c['created_at'], start, end)} "
+        f"AND {c['ordered_at']} IS NOT NULL "
         f"GROUP BY DATE({c['created_at']}), {ms}"
     )
 
@@ -208,18 +223,19 @@ def ranges_compared(ranges: list[tuple[int, int]], width: int) -> tuple[str, str
     return orders, logs
 
 
-def late_credits(low: int, high: int, start: datetime, end: datetime) -> str:
+def late_credits(low: int, high: int, start: datetime, end: datetime, keys: tuple | None = None) -> str:
     """Credits awarded in [start, end) for orders outside [low, high] (a week-old order credited today)."""
     c = tables().credit
-    return f"{in_window(c['created_at'], start, end)} AND NOT ({between(c['order_id'], low, high)})"
+    window = in_window(c["created_at"], start, end)
+    return f"{keys_within(c['id'], keys)}{window} AND NOT ({between(c['order_id'], low, high)})"
 
 
-def late_logs(low: int, high: int, start: datetime, end: datetime) -> str:
+def late_logs(low: int, high: int, start: datetime, end: datetime, keys: tuple | None = None) -> str:
     """Outbox rows of orders written in [start, end) that the ranges over [low, high] do not cover."""
     log = tables().log
     return (
-        f"{log['business']} = '{ORDER_BUSINESS}' AND {in_window(log['created_at'], start, end)} "
-        f"AND NOT ({log_covered(low, high)})"
+        f"{keys_within(log['id'], keys)}{log['business']} = '{ORDER_BUSINESS}' "
+        f"AND {in_window(log['created_at'], start, end)} AND NOT ({log_covered(low, high)})"
     )
 
 

@@ -44,10 +44,14 @@ class Aggregates:
 
 @dataclass
 class Span:
-    """The reported days' order ids: every order placed in the period has an id in [low, high]."""
+    """The reported days' order ids: every order placed in the period has an id in [low, high]; and the credits'
+    and outbox rows' primary-key spans over the period, which turn their scans by time into key ranges.
+    """
 
     low: int
     high: int
+    credit_keys: tuple | None = None
+    log_keys: tuple | None = None
 
 
 def read_sql(spark: SparkSession, source: jdbc.JdbcSource, sql: str) -> DataFrame:
@@ -58,17 +62,20 @@ def read_sql(spark: SparkSession, source: jdbc.JdbcSource, sql: str) -> DataFram
 
 def span_of(plan: extract.WindowPlan) -> Span:
     """The period's order id span, or an empty one (every credit and outbox row then counts as outside it)."""
+    keys = {"credit_keys": (plan.credits.lower, plan.credits.upper), "log_keys": (plan.logs.lower, plan.logs.upper)}
     if plan.orders.lower is None:
-        return Span(0, -1)
-    return Span(int(plan.orders.lower), int(plan.orders.upper))
+        return Span(0, -1, **keys)
+    return Span(int(plan.orders.lower), int(plan.orders.upper), **keys)
 
 
 def read_aggregates(spark: SparkSession, sources: jdbc.Sources, span: Span, period: Period) -> Aggregates:
     start, end = period.start, period.end
-    latency = read_sql(spark, sources.credits, segment_sql.latency_histogram(start, end))
+    latency = read_sql(spark, sources.credits, segment_sql.latency_histogram(start, end, span.credit_keys))
     return Aggregates(
         orders_per_user=read_sql(spark, sources.orders, segment_sql.orders_per_user(span.low, span.high)),
-        credits_per_user_day=read_sql(spark, sources.credits, segment_sql.credits_per_user_day(start, end)),
+        credits_per_user_day=read_sql(
+            spark, sources.credits, segment_sql.credits_per_user_day(start, end, span.credit_keys)
+        ),
         new_users=read_sql(spark, sources.orders, segment_sql.new_users_per_day(max(span.low, 0), start, end)),
         latency=latency.select("date", (F.col("ms") / 1_000.0).alias("latency_seconds"), "credits"),
     )
@@ -279,11 +286,19 @@ def fetch_differences(
                 spark, sources.credits, extract.CREDITS, user_ranges, lambda p: segment_sql.credits_of_users(lo, hi, p)
             )
         ),
-        *_fetch(spark, sources.credits, extract.CREDITS, [0], lambda _: segment_sql.late_credits(lo, hi, start, end)),
+        *_fetch(
+            spark,
+            sources.credits,
+            extract.CREDITS,
+            [0],
+            lambda _: segment_sql.late_credits(lo, hi, start, end, span.credit_keys),
+        ),
     ]
     logs = [
         *_fetch(spark, sources.orders, extract.LOGS, leaves, segment_sql.logs_in),
-        *_fetch(spark, sources.orders, extract.LOGS, [0], lambda _: segment_sql.late_logs(lo, hi, start, end)),
+        *_fetch(
+            spark, sources.orders, extract.LOGS, [0], lambda _: segment_sql.late_logs(lo, hi, start, end, span.log_keys)
+        ),
         *_fetch(spark, sources.orders, extract.LOGS, [0], lambda _: segment_sql.unpublished_logs(start, end)),
     ]
     return Fetched(

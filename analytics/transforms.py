@@ -154,19 +154,20 @@ def transform_award_latency(credits: DataFrame, orders: DataFrame, period: Perio
         F.to_date(F.col("c.created_at")).alias("date"),
         F.col("c.id").alias("credit_id"),
         (F.round(micros / 1_000) / 1_000.0).alias("latency_seconds"),
-        F.lit(1).cast("long").alias("credits"),
     )
 
 
 def transform_latency_summary(latency: DataFrame) -> DataFrame:
     """Per day: how many credits, and their latency p50/p95/p99 and max in seconds.
 
-    `latency` has a row per distinct latency and day, `credits` counting the credits that took it (a histogram of
-    whole milliseconds, as the database counts it), so the percentiles are exact at any size.
+    `latency` has a row per credit, or (with a `credits` column) a row per distinct latency and day counting the
+    credits that took it (a histogram of whole milliseconds, as the database counts it): the percentiles are exact
+    either way.
     """
-    pct = F.percentile(F.col("latency_seconds"), list(LATENCY_PERCENTILES), F.col("credits"))
+    weight = _weight(latency, "credits")
+    pct = F.percentile(F.col("latency_seconds"), list(LATENCY_PERCENTILES), weight)
     return latency.groupBy("date").agg(
-        F.sum("credits").cast("long").alias("credits"),
+        F.sum(weight).cast("long").alias("credits"),
         *[pct[i].alias(f"p{_pct_name(p)}") for i, p in enumerate(LATENCY_PERCENTILES)],
         F.max("latency_seconds").alias("max"),
     )
@@ -174,8 +175,15 @@ def transform_latency_summary(latency: DataFrame) -> DataFrame:
 
 def transform_latency_histogram(latency: DataFrame, buckets: Sequence[int] = LATENCY_BUCKETS_SECONDS) -> DataFrame:
     """Per day and latency bucket (seconds): how many credits were awarded that fast."""
-    values = latency.select("date", F.col("latency_seconds").alias("value"), F.col("credits").alias("weight"))
+    values = latency.select(
+        "date", F.col("latency_seconds").alias("value"), _weight(latency, "credits").alias("weight")
+    )
     return _histogram(values, buckets, label="credits")
+
+
+def _weight(df: DataFrame, column: str) -> Column:
+    """How many a row counts for: its `column` when the frame is a histogram, else 1."""
+    return F.col(column).cast("long") if column in df.columns else F.lit(1).cast("long")
 
 
 def transform_top_users(user_daily: DataFrame, n: int = TOP_USERS) -> DataFrame:
@@ -212,7 +220,7 @@ def _histogram(values: DataFrame, buckets: Sequence[int], *, label: str) -> Data
     One aggregation with a counter per bucket, then unpivoted: a single shuffle, and empty buckets come out as 0.
     """
     # A row counts `weight` times when it has one (a histogram's counts), else once.
-    weight = F.col("weight").cast("long") if "weight" in values.columns else F.lit(1).cast("long")
+    weight = _weight(values, "weight")
     bucket = F.lit(0)
     for index, lower in enumerate(buckets[1:], start=1):
         bucket = F.when(F.col("value") >= lower, F.lit(index)).otherwise(bucket)

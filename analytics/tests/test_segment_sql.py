@@ -29,8 +29,8 @@ def run(model, sql: str) -> list:
 QUERIES = {
     "orders per user": (Order, lambda: segment_sql.orders_per_user(1, 10)),
     "credits per user": (OrderCredit, lambda: segment_sql.credits_per_user(1, 10)),
-    "credits per user and day": (OrderCredit, lambda: segment_sql.credits_per_user_day(START, END)),
-    "latency histogram": (OrderCredit, lambda: segment_sql.latency_histogram(START, END)),
+    "credits per user and day": (OrderCredit, lambda: segment_sql.credits_per_user_day(START, END, (1, 5))),
+    "latency histogram": (OrderCredit, lambda: segment_sql.latency_histogram(START, END, (1, 5))),
     "new users per day": (Order, lambda: segment_sql.new_users_per_day(1, START, END)),
     "orders per bucket": (Order, lambda: segment_sql.ranges_compared([(1, 10), (95, 120)], 8)[0]),
     "outbox rows per bucket": (TransactionLog, lambda: segment_sql.ranges_compared([(1, 10), (95, 120)], 8)[1]),
@@ -38,6 +38,8 @@ QUERIES = {
 CONDITIONS = {
     "late credits": (OrderCredit, lambda: segment_sql.late_credits(1, 10, START, END)),
     "late outbox rows": (TransactionLog, lambda: segment_sql.late_logs(1, 10, START, END)),
+    "late credits by key": (OrderCredit, lambda: segment_sql.late_credits(1, 10, START, END, (3, 9))),
+    "late outbox rows by key": (TransactionLog, lambda: segment_sql.late_logs(1, 10, START, END, ("0a", "0f"))),
     "unpublished outbox rows": (TransactionLog, lambda: segment_sql.unpublished_logs(START, END)),
     "orders of users": (Order, lambda: segment_sql.orders_of_users(1, 10, [(1, 3), (7, 7)])),
     "credits of users": (OrderCredit, lambda: segment_sql.credits_of_users(1, 10, [(1, 3)])),
@@ -81,3 +83,11 @@ def test_both_sides_hash_the_same_text_to_the_same_exact_sum():
     assert order_side == credit_side == int(__import__("hashlib").md5(text.encode()).hexdigest()[:15], 16)
     [(total,)] = run(Order, f"SELECT {segment_sql.exact_sum('x')} FROM (SELECT {2**60 - 1} AS x UNION ALL SELECT 1) t")  # noqa: S608
     assert total == 2**60
+
+
+def test_a_key_span_narrows_a_scan_by_time_to_a_key_range():
+    assert segment_sql.keys_within("id", (3, 9)) == "id BETWEEN 3 AND 9 AND "
+    assert segment_sql.keys_within("id", ("0a", "0f")) == "id BETWEEN '0a' AND '0f' AND "
+    # Keys of no known shape, or an empty period, narrow nothing (the time condition alone decides).
+    assert segment_sql.keys_within("id", ("legacy'", "x")) == ""
+    assert segment_sql.keys_within("id", (None, None)) == "" == segment_sql.keys_within("id", None)
