@@ -18,24 +18,27 @@ from django.conf import settings
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from analytics import extract, jdbc, load
+from analytics import differences, extract, jdbc, load
 from analytics.checks import CHECK_NAMES, CheckContext, run_checks, transform_violations
 from analytics.lookups import by_order, look_up_missing
 from analytics.models import NightlyRun
 from analytics.period import Period
 from analytics.repair import repair
 from analytics.results import DayResult, day_results
+from analytics.segments import Aggregates
 from analytics.spark import spark_session, tuning_for
 from analytics.transforms import (
     transform_award_latency,
     transform_credit_distribution,
     transform_credit_histogram,
     transform_daily_metrics,
+    transform_daily_metrics_counted,
     transform_latency_histogram,
     transform_latency_summary,
     transform_top_users,
     transform_trend,
     transform_user_daily,
+    transform_user_daily_counted,
 )
 
 
@@ -56,7 +59,7 @@ class Analysis:
 
 
 # The stages run_stages reports through its progress, without and with --repair.
-STAGES = 6
+STAGES = 8
 
 
 def stage_count(*, repair_requested: bool) -> int:
@@ -80,7 +83,8 @@ def run_stages(
     sources = jdbc.sources()
     with ExitStack() as stack:
         with progress.stage("spark session") as facts:
-            plan = extract.plan_window(sources, **window_bounds(period))
+            # The period's own spans: the comparisons cover its orders' ids, and what they miss is fetched by time.
+            plan = extract.plan_window(sources, start=period.start, end=period.end)
             spark = stack.enter_context(spark_session(tuning=tuning_for(plan.orders.rows), verbose=verbose))
             facts["master"] = spark.sparkContext.master
             facts["shuffle_partitions"] = spark.conf.get("spark.sql.shuffle.partitions")
@@ -118,10 +122,9 @@ def _run_in_session(
     repair_requested: bool,
 ) -> list[DayResult]:
     period = ctx.period
-    with progress.stage("extract") as facts:
-        # Read, shuffled by order id and cached in one pass; the look-ups' job below is the first to need the rows.
-        data = partition_by_order(extract.extract_window(spark, sources, plan))
-        facts.update({name: getattr(plan, name).rows for name in ("orders", "logs", "credits")})
+    # Only what disagrees is read; its rows are shuffled by order id and cached (analytics/differences.py).
+    found = differences.extract_differences(spark, sources, plan, ctx=ctx, progress=progress)
+    data = found.data
 
     with progress.stage("look-ups outside the window") as facts:
         looked_up = look_up_missing(spark, data, ctx=ctx, sources=sources)
@@ -129,7 +132,13 @@ def _run_in_session(
         facts.update(looked_up.facts)
 
     with progress.stage("credit analytics and consistency checks") as facts:
-        analysis = analyse(data, ctx=ctx, keep=settings.ANALYTICS_MAX_STORED_VIOLATIONS, checked=looked_up.checked)
+        analysis = analyse(
+            data,
+            ctx=ctx,
+            keep=settings.ANALYTICS_MAX_STORED_VIOLATIONS,
+            checked=looked_up.checked,
+            aggregates=found.aggregates,
+        )
         days = day_results(analysis.collected, ctx=ctx, note=data.dead_letters_note)
         facts["orders"] = sum(day.metrics["orders"] for day in days)
         facts["credits"] = sum(day.metrics["credits_awarded"] for day in days)
@@ -189,17 +198,31 @@ def partition_by_order(data: extract.Extracted) -> extract.Extracted:
 
 
 def analyse(
-    data: extract.Extracted, *, ctx: CheckContext, keep: int, checked: dict[str, DataFrame] | None = None
+    data: extract.Extracted,
+    *,
+    ctx: CheckContext,
+    keep: int,
+    checked: dict[str, DataFrame] | None = None,
+    aggregates: Aggregates | None = None,
 ) -> Analysis:
     """Compute the period's credit analytics and run its checks (keeping `keep` violations per check and day), and
     collect what the reports need in one Spark job. `checked` holds checks already run on these frames (the
-    look-ups'), whose answers are used as they are.
+    look-ups'), whose answers are used as they are. The analytics come from `aggregates` the databases computed
+    when given (a run's `data` holds only the rows that disagree), else from `data`'s rows (a day's every row).
     """
     period = ctx.period
-    user_daily = transform_user_daily(data.orders, data.credits, period).cache()
-    daily = transform_daily_metrics(user_daily, data.orders, data.first_orders, period).cache()
-    # Cached: the latency summary and histogram both read it, and it is one join of credits with their orders.
-    latency = transform_award_latency(data.credits, data.orders, period).cache()
+    if aggregates is None:
+        user_daily = transform_user_daily(data.orders, data.credits, period).cache()
+        daily = transform_daily_metrics(user_daily, data.orders, data.first_orders, period).cache()
+        latency = transform_award_latency(data.credits, data.orders, period)
+    else:
+        user_daily = transform_user_daily_counted(
+            aggregates.orders_per_user, aggregates.credits_per_user_day, period
+        ).cache()
+        daily = transform_daily_metrics_counted(user_daily, aggregates.new_users, period).cache()
+        latency = aggregates.latency
+    # Cached: the latency summary and histogram both read it.
+    latency = latency.cache()
     summary = (
         daily.join(_prefixed(transform_credit_distribution(user_daily), "cpu_"), "date", "left")
         .join(_prefixed(transform_latency_summary(latency), "latency_"), "date", "left")

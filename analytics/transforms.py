@@ -67,6 +67,18 @@ def transform_daily_metrics(
 
     A new user is one whose first order ever was placed that day (first_orders: user_id, first_order_id).
     """
+    # Each user has exactly one first order, so counting first orders counts new users.
+    firsts = (
+        in_period(orders, period)
+        .join(first_orders.select("first_order_id"), F.col("id") == F.col("first_order_id"))
+        .groupBy(day_of())
+        .agg(F.count("*").alias("new_users"))
+    )
+    return transform_daily_metrics_counted(user_daily, firsts, period)
+
+
+def transform_daily_metrics_counted(user_daily: DataFrame, new_users: DataFrame, period: Period) -> DataFrame:
+    """Per day: the daily metrics from the per-user rows and the new users counted per day (date, new_users)."""
     totals = user_daily.groupBy("date").agg(
         F.sum("orders").alias("orders"),
         F.sum("order_units").alias("order_units"),
@@ -75,21 +87,41 @@ def transform_daily_metrics(
         F.sum("credits_awarded").alias("credits_awarded"),
         F.sum("credits_total").alias("credits_total"),
     )
-    # Each user has exactly one first order, so counting first orders counts new users.
-    firsts = (
-        in_period(orders, period)
-        .join(first_orders.select("first_order_id"), F.col("id") == F.col("first_order_id"))
-        .groupBy(day_of())
-        .agg(F.count("*").alias("new_users"))
-    )
     columns = ["orders", "order_units", "users", "new_users", "credited_users", "credits_awarded", "credits_total"]
     return (
         period_dates(user_daily, period)
         .join(totals, "date", "left")
-        .join(firsts, "date", "left")
+        .join(new_users.select("date", "new_users"), "date", "left")
         .fillna(0, subset=columns)
         .select("date", *[F.col(c).cast("long").alias(c) for c in columns])
     )
+
+
+def transform_user_daily_counted(
+    orders_per_user: DataFrame, credits_per_user_day: DataFrame, period: Period
+) -> DataFrame:
+    """transform_user_daily's rows from counts the databases made: orders per user and day (rows, amount =
+    2 x total) and credits per day and user (credits_awarded, credits_total); days outside the period dropped.
+    """
+    dates = [F.lit(d) for d in period.dates]
+    placed = orders_per_user.where(F.col("date").isin(*dates)).select(
+        F.col("date").cast("date").alias("date"),
+        F.col("user_id").cast("long").alias("user_id"),
+        F.col("rows").alias("orders"),
+        (F.col("amount") / 2).alias("order_units"),
+        F.lit(0).alias("credits_awarded"),
+        F.lit(0).alias("credits_total"),
+    )
+    awarded = credits_per_user_day.where(F.col("date").isin(*dates)).select(
+        F.col("date").cast("date").alias("date"),
+        F.col("user_id").cast("long").alias("user_id"),
+        F.lit(0).alias("orders"),
+        F.lit(0).alias("order_units"),
+        "credits_awarded",
+        "credits_total",
+    )
+    counts = ["orders", "order_units", "credits_awarded", "credits_total"]
+    return placed.unionByName(awarded).groupBy("date", "user_id").agg(*[F.sum(c).cast("long").alias(c) for c in counts])
 
 
 def transform_credit_distribution(user_daily: DataFrame) -> DataFrame:
@@ -126,10 +158,16 @@ def transform_award_latency(credits: DataFrame, orders: DataFrame, period: Perio
 
 
 def transform_latency_summary(latency: DataFrame) -> DataFrame:
-    """Per day: how many credits, and their latency p50/p95/p99 and max in seconds."""
-    pct = F.percentile(F.col("latency_seconds"), list(LATENCY_PERCENTILES))
+    """Per day: how many credits, and their latency p50/p95/p99 and max in seconds.
+
+    `latency` has a row per credit, or (with a `credits` column) a row per distinct latency and day counting the
+    credits that took it (a histogram of whole milliseconds, as the database counts it): the percentiles are exact
+    either way.
+    """
+    weight = _weight(latency, "credits")
+    pct = F.percentile(F.col("latency_seconds"), list(LATENCY_PERCENTILES), weight)
     return latency.groupBy("date").agg(
-        F.count("*").alias("credits"),
+        F.sum(weight).cast("long").alias("credits"),
         *[pct[i].alias(f"p{_pct_name(p)}") for i, p in enumerate(LATENCY_PERCENTILES)],
         F.max("latency_seconds").alias("max"),
     )
@@ -137,7 +175,15 @@ def transform_latency_summary(latency: DataFrame) -> DataFrame:
 
 def transform_latency_histogram(latency: DataFrame, buckets: Sequence[int] = LATENCY_BUCKETS_SECONDS) -> DataFrame:
     """Per day and latency bucket (seconds): how many credits were awarded that fast."""
-    return _histogram(latency.select("date", F.col("latency_seconds").alias("value")), buckets, label="credits")
+    values = latency.select(
+        "date", F.col("latency_seconds").alias("value"), _weight(latency, "credits").alias("weight")
+    )
+    return _histogram(values, buckets, label="credits")
+
+
+def _weight(df: DataFrame, column: str) -> Column:
+    """How many a row counts for: its `column` when the frame is a histogram, else 1."""
+    return F.col(column).cast("long") if column in df.columns else F.lit(1).cast("long")
 
 
 def transform_top_users(user_daily: DataFrame, n: int = TOP_USERS) -> DataFrame:
@@ -173,13 +219,20 @@ def _histogram(values: DataFrame, buckets: Sequence[int], *, label: str) -> Data
 
     One aggregation with a counter per bucket, then unpivoted: a single shuffle, and empty buckets come out as 0.
     """
+    # A row counts `weight` times when it has one (a histogram's counts), else once.
+    weight = _weight(values, "weight")
     bucket = F.lit(0)
     for index, lower in enumerate(buckets[1:], start=1):
         bucket = F.when(F.col("value") >= lower, F.lit(index)).otherwise(bucket)
     counts = (
         values.withColumn("bucket", bucket)
         .groupBy("date")
-        .agg(*[F.count_if(F.col("bucket") == i).alias(f"bucket_{i}") for i in range(len(buckets))])
+        .agg(
+            *[
+                F.sum(F.when(F.col("bucket") == i, weight).otherwise(0)).alias(f"bucket_{i}")
+                for i in range(len(buckets))
+            ]
+        )
     )
     rows = F.array(
         *[

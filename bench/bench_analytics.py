@@ -7,24 +7,27 @@ Usage (destroys the orders, outbox, credits and analytics rows of the two databa
         python bench/bench_analytics.py --reset --orders 1000000,10000000 --days 1 [--repeat 1] [--cluster] \\
             [--json results.json] [--markdown results.md]
 
-For each size in --orders: empty the tables, seed that many orders over --days days ending --end (default
-yesterday; the seed is timed on its own: wall, this process's CPU, the database threads' CPU, rows/s), plant a few
-inconsistencies of every kind on the last day, then --repeat times, interleaved, the one-day run of
-`manage.py run_nightly_reports` (a fresh process: JVM start-up included) and the baseline
-(bench/analytics_baseline.py, in a process of its own). With --full, also the --days-day run of each. With
---cluster, the largest size's day also runs on a Spark standalone cluster of two one-core workers started from the
-installed pyspark (SPARK_MASTER pointed at it), stopped after.
+For each size in --orders: empty the tables, seed that many orders over --days days ending --end (default yesterday;
+the seed is timed on its own: wall, this process's CPU, the database threads' CPU, rows/s), then --repeat times,
+interleaved, the one-day run of `manage.py run_nightly_reports` (a fresh process: JVM start-up included) and the
+baseline (bench/analytics_baseline.py, in a process of its own) on the balanced day (nothing planted); then plant a
+few inconsistencies of every kind on the last day and measure both again. With --full, also the --days-day run of
+each. With --cluster, the largest size's day also runs on a Spark standalone cluster of two one-core workers started
+from the installed pyspark (SPARK_MASTER pointed at it), stopped after.
 
 Every run reports its wall time; the CPU seconds of every process it started (the driver's Python and JVM, on the
 cluster the executors and daemons), read from /proc; the database server's CPU on the threads serving the two
 databases (and the whole server's, which includes whatever else the machine runs); the driver JVM's peak resident
-set (VmHWM) and its heap's peak (from a GC log, -Xlog:gc through JAVA_TOOL_OPTIONS); the baseline's peak RSS. The
-bench fails unless Spark and the baseline both find exactly the planted violations, every one.
+set (VmHWM) and its heap's peak (from a GC log, -Xlog:gc through JAVA_TOOL_OPTIONS); the baseline's peak RSS; the
+bytes each received from the databases (its reads go through bench/byte_counter.py: the Spark run's read URLs, the
+baseline's database URLs) and, for Spark, the rows (the run's `rows_received`). The bench fails unless Spark and the
+baseline both find exactly the planted violations, every one, and nothing on the balanced day.
 
-`--seed-only` seeds one size and stops; `--skip-seed` measures what the last seed left (it remembers the day and
-the planted violations in a file in the temporary directory); `--cluster-only` runs only the cluster variant.
-`--floor` adds, to each round of the day, bench/analytics_floor.py: the least a Spark run must do (start, read the
-day, shuffle it by order id, pair it once) and nothing more, so what the job spends above it is measured in the round.
+`--seed-only` seeds one size and stops; `--skip-seed` measures what the last seed left (it remembers the day and the
+planted violations, once planted, in a file in the temporary directory: a planted seed has no balanced day);
+`--cluster-only` runs only the cluster variant. `--floor` adds, to each round of the day, bench/analytics_floor.py:
+the least a Spark run must do (start, read the day, shuffle it by order id, pair it once) and nothing more, so what
+the job spends above it is measured in the round.
 """
 
 import argparse
@@ -34,7 +37,6 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from datetime import date, timedelta
 from pathlib import Path
 
@@ -56,7 +58,8 @@ from django.db import connections  # noqa: E402
 from analytics import class_archive  # noqa: E402
 from analytics.checks import CHECK_NAMES  # noqa: E402
 from analytics.period import Period  # noqa: E402
-from bench.analytics_report import FLOOR, load_average, markdown, mismatches, record  # noqa: E402
+from bench.analytics_report import FLOOR, load_average, markdown, mismatches, progress_printer, record  # noqa: E402
+from bench.byte_counter import Relays  # noqa: E402
 from bench.proc_stats import ProcessSeen, ServerThreads, TreeSampler, gc_log_peaks, peak_rss_bytes  # noqa: E402
 from demo.plant import plant_inconsistencies  # noqa: E402
 from demo.seed import seed_demo_data  # noqa: E402
@@ -77,7 +80,6 @@ TABLES = {
     "credits": ("order_credits", "credit_balances", "credit_dead_letters"),
 }
 PLANTED_PER_KIND = 3
-PROGRESS_SECONDS = 15
 CLUSTER_WORKERS, CLUSTER_WORKER_CORES = 2, 1
 CLUSTER_WORKER_MEMORY, CLUSTER_EXECUTOR_MEMORY = "3g", "2g"
 
@@ -110,28 +112,8 @@ def reset() -> None:
             cursor.execute("SET FOREIGN_KEY_CHECKS = 1")
 
 
-def progress_printer(total_rows: int) -> Callable[[int], None]:
-    """Return an on_progress callback printing the rows written and the rate every PROGRESS_SECONDS."""
-    started = time.monotonic()
-    state = {"rows": 0, "printed": started}
-
-    def on_progress(rows: int) -> None:
-        state["rows"] += rows
-        now = time.monotonic()
-        if now - state["printed"] >= PROGRESS_SECONDS or state["rows"] == total_rows:
-            state["printed"] = now
-            elapsed = now - started
-            print(
-                f"   seeding: {state['rows']:,}/{total_rows:,} rows in {elapsed:.0f}s "
-                f"({state['rows'] / elapsed:,.0f} rows/s, load average {load_average()})",
-                flush=True,
-            )
-
-    return on_progress
-
-
 def seed(orders: int, days: int, end: date) -> dict:
-    """Reset, then seed and plant; return the seed's figures and how many violations of each check were planted."""
+    """Reset, then seed; return the seed's figures (a balanced history: nothing planted yet)."""
     reset()
     cpu_started = process_cpu()
     with server_threads() as database:
@@ -145,12 +127,7 @@ def seed(orders: int, days: int, end: date) -> dict:
         )
     seed_cpu = process_cpu() - cpu_started
     seed_peak_rss = peak_rss_bytes(os.getpid())
-    started = time.monotonic()
-    planted = plant_inconsistencies(day=end, per_kind=PLANTED_PER_KIND, seed=42)
-    for alias, tables in (("default", "orders, transaction_log"), ("credits", "order_credits")):
-        with connections[alias].cursor() as cursor:
-            cursor.execute(f"ANALYZE TABLE {tables}")
-            cursor.fetchall()
+    analyze()
     return {
         "orders": orders,
         "days": days,
@@ -162,9 +139,22 @@ def seed(orders: int, days: int, end: date) -> dict:
         "database_threads_cpu_seconds": database.cpu_seconds,
         "database_whole_server_cpu_seconds": database.whole_server_cpu_seconds,
         "client_peak_rss_bytes": seed_peak_rss,
-        "plant_and_analyze_seconds": round(time.monotonic() - started, 1),
-        "planted": {name: len(planted.get(name, [])) for name in CHECK_NAMES},
+        "planted": None,
     }
+
+
+def analyze() -> None:
+    for alias, tables in (("default", "orders, transaction_log"), ("credits", "order_credits")):
+        with connections[alias].cursor() as cursor:
+            cursor.execute(f"ANALYZE TABLE {tables}")
+            cursor.fetchall()
+
+
+def plant(end: date) -> dict[str, int]:
+    """Plant PLANTED_PER_KIND inconsistencies of every kind on the last day; return how many of each."""
+    planted = plant_inconsistencies(day=end, per_kind=PLANTED_PER_KIND, seed=42)
+    analyze()
+    return {name: len(planted.get(name, [])) for name in CHECK_NAMES}
 
 
 def process_cpu() -> float:
@@ -172,10 +162,24 @@ def process_cpu() -> float:
     return times.user + times.system
 
 
-def spark_run(end: date, days: int, reports: Path, *, env: dict[str, str], cluster_pids: list[int]) -> dict:
-    """Run `manage.py run_nightly_reports` in a new process; return its figures and the violations found per check."""
+def spark_run(
+    end: date, days: int, reports: Path, *, env: dict[str, str], cluster_pids: list[int], counters: Relays
+) -> dict:
+    """Run `manage.py run_nightly_reports` in a new process, reading through the byte counters; return its figures
+    and the violations found per check.
+    """
     command = [sys.executable, str(ROOT / "manage.py"), "run_nightly_reports", "--date", str(end), "--days", str(days)]
-    run, stdout = spark_process(command, reports, env={"REPORTS_DIR": str(reports), **env}, cluster_pids=cluster_pids)
+    reads = {
+        "ANALYTICS_ORDERS_READ_URL": counters.url("default", os.environ["DATABASE_URL"]),
+        "ANALYTICS_CREDITS_READ_URL": counters.url("credits", os.environ["CREDITS_DATABASE_URL"]),
+    }
+    before = counters.received
+    run, stdout = spark_process(
+        command, reports, env={"REPORTS_DIR": str(reports), **reads, **env}, cluster_pids=cluster_pids
+    )
+    run["bytes_received"] = counters.received - before
+    rows = [int(part.split("=")[1].replace(",", "")) for part in stdout.split() if part.startswith("rows_received=")]
+    run["rows_received"] = rows[0] if rows else None
     found = None
     if run["exit_code"] == 0:
         found = dict.fromkeys(CHECK_NAMES, 0)
@@ -248,12 +252,20 @@ def spark_process(
     return run, stdout
 
 
-def baseline_run(end: date, days: int) -> dict:
-    """Run bench/analytics_baseline.py in a new process; return its figures and the violations found per check."""
+def baseline_run(end: date, days: int, counters: Relays) -> dict:
+    """Run bench/analytics_baseline.py in a new process, reading through the byte counters; return its figures and
+    the violations found per check.
+    """
     command = [sys.executable, str(ROOT / "bench" / "analytics_baseline.py"), "--date", str(end), "--days", str(days)]
+    env = {
+        **os.environ,
+        "DATABASE_URL": counters.url("default", os.environ["DATABASE_URL"]),
+        "CREDITS_DATABASE_URL": counters.url("credits", os.environ["CREDITS_DATABASE_URL"]),
+    }
+    before = counters.received
     with server_threads() as database:
         started = time.monotonic()
-        completed = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False)
+        completed = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, check=False)
         wall = time.monotonic() - started
     if completed.returncode != 0:
         raise SystemExit(f"baseline failed:\n{completed.stdout}\n{completed.stderr[-5000:]}")
@@ -266,6 +278,7 @@ def baseline_run(end: date, days: int) -> dict:
         "database_threads_cpu_seconds": database.cpu_seconds,
         "database_whole_server_cpu_seconds": database.whole_server_cpu_seconds,
         "python_peak_rss_bytes": result["peak_rss_bytes"],
+        "bytes_received": counters.received - before,
         "found": result["found"],
     }
 
@@ -325,7 +338,6 @@ def main() -> None:
         "seeds": [],
         "runs": [],
     }
-    planted: dict[int, dict[str, int]] = {}
     # As an install does once (manage.py spark_class_archive); untimed, and only when there is none yet.
     if not args.seed_only and not class_archive.archive_option():
         print(f"class archive written (untimed): {class_archive.archive_write()}", flush=True)
@@ -341,25 +353,26 @@ def main() -> None:
             seed_record_path().write_text(json.dumps(seeded))
             results["seeds"].append(seeded)
         print(f"seeded: {json.dumps(seeded)}", flush=True)
-        planted[orders] = seeded["planted"]
         if args.seed_only:
             return
         scopes = [("day", 1)] + ([(f"{args.days} days", args.days)] if args.full and args.days > 1 else [])
-        with tempfile.TemporaryDirectory(prefix="bench-reports-") as reports:
-            for attempt in range(1, args.repeat + 1):
-                for scope, days in scopes:
-                    if not args.cluster_only:
-                        run = spark_run(end, days, Path(reports), env={}, cluster_pids=[])
-                        record(results["runs"], orders, f"spark local, {scope}", attempt, run)
+        with tempfile.TemporaryDirectory(prefix="bench-reports-") as reports, Relays(connections) as counters:
+            for kind in ("balanced", "planted"):
+                if kind == "balanced" and seeded["planted"]:
+                    print("the seed was planted by an earlier run: no balanced day to measure", flush=True)
+                    continue
+                if kind == "planted" and not seeded["planted"]:
+                    seeded["planted"] = plant(end)
+                    seed_record_path().write_text(json.dumps(seeded))
+                expected = seeded["planted"] if kind == "planted" else dict.fromkeys(CHECK_NAMES, 0)
+                for attempt in range(1, args.repeat + 1):
+                    for scope, days in [] if args.cluster_only else scopes:
+                        run = spark_run(end, days, Path(reports), env={}, cluster_pids=[], counters=counters)
+                        record(results["runs"], orders, f"spark local, {kind} {scope}", attempt, run, expected)
                         if args.floor and days == 1:
-                            record(results["runs"], orders, FLOOR, attempt, floor_run(end, Path(reports)))
-                        record(
-                            results["runs"],
-                            orders,
-                            "sql" if days == 1 else f"sql, {scope}",
-                            attempt,
-                            baseline_run(end, days),
-                        )
+                            record(results["runs"], orders, FLOOR, attempt, floor_run(end, Path(reports)), expected)
+                        baseline = baseline_run(end, days, counters)
+                        record(results["runs"], orders, f"sql, {kind} {scope}", attempt, baseline, expected)
             if (args.cluster or args.cluster_only) and orders == max(args.orders):
                 with standalone_cluster(
                     workers=CLUSTER_WORKERS,
@@ -369,21 +382,16 @@ def main() -> None:
                 ) as cluster:
                     env = {**cluster.job_env(executor_memory=CLUSTER_EXECUTOR_MEMORY), "PYSPARK_PYTHON": sys.executable}
                     for attempt in range(1, args.repeat + 1):
-                        run = spark_run(end, 1, Path(reports), env=env, cluster_pids=cluster.pids)
-                        record(
-                            results["runs"],
-                            orders,
-                            f"spark cluster {CLUSTER_WORKERS}x{CLUSTER_WORKER_CORES}, day",
-                            attempt,
-                            run,
-                        )
+                        run = spark_run(end, 1, Path(reports), env=env, cluster_pids=cluster.pids, counters=counters)
+                        variant = f"spark cluster {CLUSTER_WORKERS}x{CLUSTER_WORKER_CORES}, planted day"
+                        record(results["runs"], orders, variant, attempt, run, seeded["planted"])
     summary = markdown(results["seeds"], results["runs"])
     print(summary)
     if args.json:
         args.json.write_text(json.dumps(results, indent=2) + "\n")
     if args.markdown:
         args.markdown.write_text(summary)
-    if wrong := mismatches(results["runs"], planted):
+    if wrong := mismatches(results["runs"]):
         raise SystemExit("violations found differ from those planted:\n" + "\n".join(wrong))
 
 

@@ -341,6 +341,8 @@ ANALYTICS_JDBC_FETCHSIZE = env_int("ANALYTICS_JDBC_FETCHSIZE", 10_000, minimum=1
 ANALYTICS_SHUFFLE_PARTITIONS = env_int("ANALYTICS_SHUFFLE_PARTITIONS", 8, minimum=1, maximum=10_000)
 # Violations kept in MySQL per check and day; the count is always exact.
 ANALYTICS_MAX_STORED_VIOLATIONS = env_int("ANALYTICS_MAX_STORED_VIOLATIONS", 10_000, minimum=1)
+# Users whose rows the nightly run compares row by row whatever their checksums say (docs/ANALYTICS.md, "Audit").
+ANALYTICS_AUDIT_USERS = env_int("ANALYTICS_AUDIT_USERS", 100, minimum=0)
 # Celery beat starts the nightly run at this UTC time; the run itself is a subprocess with this time limit.
 ANALYTICS_NIGHTLY_HOUR = env_int("ANALYTICS_NIGHTLY_HOUR", 2, minimum=0, maximum=23)
 ANALYTICS_NIGHTLY_MINUTE = env_int("ANALYTICS_NIGHTLY_MINUTE", 0, minimum=0, maximum=59)

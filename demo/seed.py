@@ -226,7 +226,10 @@ def _generate_batches(
             "created_at",
         ),
     )
-    credit_sql = Insert(OrderCredit, ("id", "user_id", "order_id", "amount", "transaction_id", "created_at"))
+    # ordered_at as a version-2 message carries it: the order's created_at.
+    credit_sql = Insert(
+        OrderCredit, ("id", "user_id", "order_id", "amount", "transaction_id", "created_at", "ordered_at")
+    )
     n_users = len(user_ids)
     order_id, credit_id = next_order_id, next_credit_id
     order_rows: list[tuple] = []
@@ -250,7 +253,7 @@ def _generate_batches(
         goods = GOODS[order_id % len(GOODS)]
         order_rows.append((order_id, user_id, goods, total, tx, created_s))
         log_rows.append((tx, BUSINESS_ORDER, str(order_id), payload, PUBLISHED, 1, created_s, published_s, created_s))
-        credit_rows.append((credit_id, user_id, order_id, 2 * total, tx, credited_clock.literal(credited)))
+        credit_rows.append((credit_id, user_id, order_id, 2 * total, tx, credited_clock.literal(credited), created_s))
         order_id += 1
         credit_id += 1
         if len(order_rows) >= batch_orders:

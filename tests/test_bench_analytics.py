@@ -17,6 +17,7 @@ from analytics.jobs import window_bounds
 from analytics.period import Period
 from bench import proc_stats
 from bench.analytics_baseline import sql_baseline
+from bench.byte_counter import Relays
 from bench.proc_stats import ServerThreads, TreeSampler, gc_log_peaks, server_pid
 from credits.models import OrderCredit
 from demo.plant import plant_inconsistencies
@@ -144,19 +145,33 @@ def test_the_bench_seeds_a_small_day_and_measures_spark_and_the_baseline(transac
         cwd=Path(__file__).resolve().parents[1],
         capture_output=True,
         text=True,
-        env=service_env(TMPDIR=str(tmp_path)),
-        timeout=600,
+        # A few audited users of the day's 150, so what the balanced day fetches stays small next to the day.
+        env=service_env(TMPDIR=str(tmp_path), ANALYTICS_AUDIT_USERS="5"),
+        timeout=900,
     )
 
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     measured = json.loads(results.read_text())
     planted = measured["seeds"][0]["planted"]
-    assert {run["variant"] for run in measured["runs"]} == {"spark local, day", "spark floor, day", "sql"}
+    assert [run["variant"] for run in measured["runs"]] == [
+        *("spark local, balanced day", "spark floor, day", "sql, balanced day"),
+        *("spark local, planted day", "spark floor, day", "sql, planted day"),
+    ]
     assert sum(planted.values()) > 0
     for run in measured["runs"]:
-        assert run["found"] == (None if run["variant"] == "spark floor, day" else planted)
+        expected = dict.fromkeys(planted, 0) if "balanced" in run["variant"] else planted
+        assert run["found"] == (None if run["variant"] == "spark floor, day" else expected)
         assert run["wall_seconds"] > 0 and run["cpu_seconds"] > 0
-    (floor,) = (run for run in measured["runs"] if run["variant"] == "spark floor, day")
+    # Every byte a run read crossed the counting relay; the balanced day's Spark run received a small part of what
+    # the baseline, which reads the day's rows, did.
+    spark_day, baseline_day = (
+        next(r for r in measured["runs"] if r["variant"] == v)
+        for v in ("spark local, balanced day", "sql, balanced day")
+    )
+    assert 0 < spark_day["bytes_received"] < baseline_day["bytes_received"]
+    assert spark_day["rows_received"] > 0
+    # The floor's run on the planted day (the last), on the rows as they are now.
+    *_, floor = (run for run in measured["runs"] if run["variant"] == "spark floor, day")
     assert floor["rows"] == rows_in_the_read_window(DAY)
     # Its one pairing, the missing-credit check before look-ups: the planted missing credits are among what it names.
     assert floor["uncredited"] >= planted["missing_credit"] > 0
@@ -180,3 +195,21 @@ def rows_in_the_read_window(day) -> dict[str, int]:
         "logs": TransactionLog.objects.filter(business=ORDER_BUSINESS, **within).count(),
         "credits": OrderCredit.objects.filter(**within).count(),
     }
+
+
+@pytest.mark.django_db
+def test_the_byte_counter_relays_a_connection_and_counts_what_the_client_receives():
+    params = connections["default"].get_connection_params()
+    with Relays(connections) as relays:
+        client = MySQLdb.connect(**{**params, "host": "127.0.0.1", "port": relays.counters["default"].port})
+        try:
+            before = relays.received
+            cursor = client.cursor()
+            cursor.execute("SELECT REPEAT('x', 200000)")
+            assert cursor.fetchone()[0] == "x" * 200_000
+        finally:
+            client.close()
+        assert 200_000 <= relays.received - before < 201_000
+        assert relays.url("default", "mysql://u:p@db.example:3307/shop") == (
+            f"mysql://u:p@127.0.0.1:{relays.counters['default'].port}/shop"
+        )

@@ -86,7 +86,7 @@ def test_violations_exit_zero_and_a_failed_job_exits_non_zero(tmp_path):
     found = run_command(command_env(tmp_path, SPARK_MASTER="local[2]"), "--date", str(DAY))
     assert found.returncode == 0, found.stderr[-3000:]
     assert f"{DAY}: 3 violations (missing_credit=3)" in found.stdout
-    assert "[3/6] look-ups outside the window done" in found.stdout  # per-stage progress
+    assert "[5/8] look-ups outside the window done" in found.stdout  # per-stage progress
     # Spark's own start-up chatter stays out unless asked for (-v 2).
     assert "native-hadoop" not in found.stderr and "log4j profile" not in found.stderr, found.stderr[-3000:]
     assert "Using incubator modules" not in found.stderr, found.stderr[-3000:]
@@ -99,7 +99,7 @@ def test_violations_exit_zero_and_a_failed_job_exits_non_zero(tmp_path):
     assert broken.returncode == 1
     assert "nightly run failed" in broken.stderr
     failed = NightlyRun.objects.order_by("-id").first()
-    assert (failed.status, failed.stage) == ("failed", "extract")
+    assert (failed.status, failed.stage) == ("failed", "extract: compare users in the databases")
     assert "ClassNotFoundException" in failed.error or "Driver" in failed.error
 
 

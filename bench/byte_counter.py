@@ -1,0 +1,110 @@
+"""A TCP relay in front of the database server that counts the bytes its clients receive.
+
+The analytics benchmark points a run's read URLs (ANALYTICS_ORDERS_READ_URL, ANALYTICS_CREDITS_READ_URL) at it, so
+every byte the run reads from the databases, over JDBC or through Django, crosses it and is counted, while its
+writes go to the primary directly; the SQL baseline's URLs point at it the same way. MariaDB's own counters
+(`Bytes_sent`) are per session or per server, and a server shared with other clients would mix theirs in.
+"""
+
+import contextlib
+import socket
+import threading
+from contextlib import ExitStack
+from urllib.parse import urlsplit, urlunsplit
+
+CHUNK = 1 << 20
+
+
+class ByteCounter:
+    """Listen on 127.0.0.1, relay each connection to (host, port), count the bytes each way."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self._target = (host, port)
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._lock = threading.Lock()
+        self.received = 0  # server to client
+        self.sent = 0  # client to server
+        self._threads: list[threading.Thread] = []
+        self._sockets: list[socket.socket] = []
+
+    def url(self, database_url: str) -> str:
+        """The same mysql:// URL (user, password, database), through this relay."""
+        parts = urlsplit(database_url)
+        credentials = parts.netloc.rpartition("@")[0]
+        netloc = f"{credentials}@127.0.0.1:{self.port}" if credentials else f"127.0.0.1:{self.port}"
+        return urlunsplit(parts._replace(netloc=netloc))
+
+    def __enter__(self) -> "ByteCounter":
+        accept = threading.Thread(target=self._accept, daemon=True)
+        accept.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._listener.close()
+        for sock in list(self._sockets):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+            sock.close()
+        for thread in list(self._threads):
+            thread.join(timeout=5)
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self._target)
+            for sock in (client, server):
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            self._sockets += [client, server]
+            for source, target, downstream in ((server, client, True), (client, server, False)):
+                thread = threading.Thread(target=self._pump, args=(source, target, downstream), daemon=True)
+                self._threads.append(thread)
+                thread.start()
+
+    def _pump(self, source: socket.socket, target: socket.socket, downstream: bool) -> None:
+        buffer = bytearray(CHUNK)
+        view = memoryview(buffer)
+        try:
+            while n := source.recv_into(buffer):
+                target.sendall(view[:n])
+                with self._lock:
+                    if downstream:
+                        self.received += n
+                    else:
+                        self.sent += n
+        except OSError:
+            pass
+        finally:
+            # The other direction ends when its peer sees this one close.
+            for sock in (source, target):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
+class Relays:
+    """A relay per service database (Django's aliases `default` and `credits`), each in front of its server."""
+
+    def __init__(self, connections) -> None:
+        self._stack = ExitStack()
+        self.counters = {}
+        for alias in ("default", "credits"):
+            database = connections[alias].settings_dict
+            self.counters[alias] = ByteCounter(database["HOST"] or "127.0.0.1", int(database["PORT"] or 3306))
+
+    def __enter__(self) -> "Relays":
+        for counter in self.counters.values():
+            self._stack.enter_context(counter)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stack.close()
+
+    def url(self, alias: str, database_url: str) -> str:
+        return self.counters[alias].url(database_url)
+
+    @property
+    def received(self) -> int:
+        return sum(counter.received for counter in self.counters.values())
