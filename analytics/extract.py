@@ -35,6 +35,7 @@ from analytics.schemas import (
     LOGS_SCHEMA,
     ORDERS_SCHEMA,
 )
+from core.contract import BUSINESS_ORDER
 from credits.models import DeadLetter, OrderCredit
 from orders.models import Order
 from outbox.models import TransactionLog
@@ -45,7 +46,7 @@ ROWS_PER_PARTITION = 200_000
 # Key ranges ORed in one look-up query at most (MariaDB's range optimizer takes thousands in its default memory).
 RANGES_PER_QUERY = 1_000
 # The outbox rows of orders (the job's business); foreign_key is the order id as text.
-ORDER_BUSINESS = "order"
+ORDER_BUSINESS = BUSINESS_ORDER
 
 
 @dataclass(frozen=True)

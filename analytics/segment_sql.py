@@ -16,14 +16,15 @@ created_at with its credit's ordered_at, for users whose credits all carry one.
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from core.contract import BUSINESS_ORDER
 from credits.models import OrderCredit
 from orders.models import Order
 from outbox.models import TransactionLog
 
 # The outbox rows of orders (the job's business); their foreign_key is the order id as text.
-ORDER_BUSINESS = "order"
+ORDER_BUSINESS = BUSINESS_ORDER
 # Outbox states a stuck row can be in (analytics.checks.check_stuck_outbox judges them).
-UNPUBLISHED = ("pending", "dead")
+UNPUBLISHED = (TransactionLog.Status.PENDING.value, TransactionLog.Status.DEAD.value)
 # A foreign_key the range comparison covers: a decimal without leading zeros, short enough for BIGINT; any other
 # text is fetched as a row (analytics.checks reports it as log_without_order).
 _CANONICAL_KEY = "^[1-9][0-9]{0,17}$"
