@@ -182,7 +182,7 @@ def check_dead_letters_open(dead_letters: DataFrame, orders: DataFrame, ctx: Che
 def run_checks(
     *, orders: DataFrame, logs: DataFrame, credits: DataFrame, dead_letters: DataFrame, ctx: CheckContext
 ) -> dict[str, DataFrame]:
-    """Run every check; the keys are the contract's names, in the contract's order."""
+    """Run every check; the keys are docs/CONTRACT.md's names, in its order."""
     checks: dict[str, Callable[[], DataFrame]] = {
         "order_without_log": lambda: check_order_without_log(orders, logs, ctx),
         "log_without_order": lambda: check_log_without_order(logs, orders, ctx),

@@ -68,7 +68,7 @@ def day_results(collected: dict[str, list[dict]], *, ctx: CheckContext, note: st
 
 
 def consistency_document(day: DayResult, *, run_id: int, ctx: CheckContext, generated_at: datetime) -> dict:
-    """consistency.json: the contract's date, ok and checks (count and sample ids per name), then context."""
+    """consistency.json: docs/CONTRACT.md's date, ok and checks (count and sample ids per name), then context."""
     checks = {}
     for name, outcome in day.checks.items():
         checks[name] = {"count": outcome.count, "sample": outcome.sample}

@@ -21,7 +21,7 @@ def run_list() -> QuerySet[NightlyRun]:
 
 
 def run_check_results(*, run: NightlyRun) -> QuerySet[CheckResult]:
-    """Return a run's check results by day, then in the contract's order of checks (their insertion order)."""
+    """Return a run's check results by day, then in docs/CONTRACT.md's order of checks (their insertion order)."""
     return run.check_results.order_by("date", "id")
 
 

@@ -12,7 +12,7 @@ from credits import selectors
 
 class CreditEntrySerializer(serializers.Serializer):
     order_id = serializers.IntegerField()
-    total = serializers.IntegerField(source="amount")  # the API keeps the contract's name
+    total = serializers.IntegerField(source="amount")  # the API keeps the name docs/CONTRACT.md gives
     created_at = serializers.DateTimeField()
 
 
