@@ -33,6 +33,24 @@ def cluster_directory() -> Path:
     return directory
 
 
+def root_connection(address: tuple[str, int], database: str, timeout: float, **options) -> MySQLdb.Connection:
+    """Return an autocommit root connection to a node (or the endpoint) at `address`, with `timeout` as every
+    deadline; `options` go to the driver as they are."""
+    host, port = address
+    return MySQLdb.connect(
+        host=host,
+        port=port,
+        user="root",
+        password="",
+        database=database,
+        connect_timeout=timeout,
+        read_timeout=timeout,
+        write_timeout=timeout,
+        autocommit=True,
+        **options,
+    )
+
+
 @dataclass
 class GaleraCluster:
     """Nodes gal1..gal3 and the writer endpoint, their files under `directory`; each node started and signalled by the
@@ -102,18 +120,7 @@ class GaleraCluster:
 
     def connect(self, node: int | None = None, *, database: str = "", timeout: int = 3) -> MySQLdb.Connection:
         """Return a root connection to one node, or through the endpoint (node None), with short deadlines."""
-        host, port = self.endpoint if node is None else self.node_address(node)
-        return MySQLdb.connect(
-            host=host,
-            port=port,
-            user="root",
-            password="",
-            database=database,
-            connect_timeout=timeout,
-            read_timeout=timeout,
-            write_timeout=timeout,
-            autocommit=True,
-        )
+        return root_connection(self.endpoint if node is None else self.node_address(node), database, timeout)
 
     def node_state(self, node: int) -> dict[str, str]:
         """Return node N's Galera status variables (wsrep_*), or {} when it does not answer."""

@@ -25,6 +25,7 @@ import MySQLdb
 from MySQLdb.constants import CLIENT
 
 from core.sql import Transaction
+from testkit.galera_cluster import root_connection
 
 BATCH, COMMIT_APART, ROUND_TRIPS = "batch", "commit apart", "round trips"
 FORMS = (BATCH, COMMIT_APART, ROUND_TRIPS)
@@ -36,19 +37,7 @@ DEADLINE = 10  # seconds: every statement here answers in milliseconds unless a 
 
 
 def connect(address: tuple[str, int], database: str = DATABASE) -> MySQLdb.Connection:
-    host, port = address
-    return MySQLdb.connect(
-        host=host,
-        port=port,
-        user="root",
-        password="",
-        database=database,
-        client_flag=CLIENT.MULTI_STATEMENTS,
-        connect_timeout=DEADLINE,
-        read_timeout=DEADLINE,
-        write_timeout=DEADLINE,
-        autocommit=True,
-    )
+    return root_connection(address, database, DEADLINE, client_flag=CLIENT.MULTI_STATEMENTS)
 
 
 def tables_create(address: tuple[str, int]) -> None:

@@ -35,3 +35,11 @@ def frames(spark):
             return spark.createDataFrame(list(rows), DEAD_LETTERS_SCHEMA)
 
     return Frames()
+
+
+@pytest.fixture
+def reports(settings, tmp_path):
+    """Reports written under the test's own directory, no Parquet."""
+    settings.REPORTS_DIR = tmp_path / "reports"
+    settings.ANALYTICS_PARQUET_URL = ""
+    return settings.REPORTS_DIR

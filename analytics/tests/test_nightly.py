@@ -32,13 +32,6 @@ D1, D2, D3 = END - timedelta(days=2), END - timedelta(days=1), END
 
 
 @pytest.fixture
-def reports(settings, tmp_path):
-    settings.REPORTS_DIR = tmp_path / "reports"
-    settings.ANALYTICS_PARQUET_URL = ""
-    return settings.REPORTS_DIR
-
-
-@pytest.fixture
 def history(spark):
     """300 consistent orders over D1..D3 for 15 users, with their published outbox rows and credits."""
     return seed_demo_data(orders=300, days=3, users=15, end=END, seed=11)

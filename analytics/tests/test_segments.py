@@ -29,13 +29,6 @@ DAY = timezone.now().date() - timedelta(days=2)
 
 
 @pytest.fixture
-def reports(settings, tmp_path):
-    settings.REPORTS_DIR = tmp_path / "reports"
-    settings.ANALYTICS_PARQUET_URL = ""
-    return settings.REPORTS_DIR
-
-
-@pytest.fixture
 def day(spark):
     """A consistent day: 200 orders of 10 users, with their published outbox rows and dated credits."""
     return seed_demo_data(orders=200, days=1, users=10, end=DAY, seed=3)
