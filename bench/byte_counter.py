@@ -12,6 +12,8 @@ import threading
 from contextlib import ExitStack
 from urllib.parse import urlsplit, urlunsplit
 
+from testkit.listeners import close, listen
+
 CHUNK = 1 << 20
 
 
@@ -20,13 +22,14 @@ class ByteCounter:
 
     def __init__(self, host: str, port: int) -> None:
         self._target = (host, port)
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self._listener.getsockname()[1]
         self._lock = threading.Lock()
         self.received = 0  # server to client
         self.sent = 0  # client to server
         self._threads: list[threading.Thread] = []
         self._sockets: list[socket.socket] = []
+        # The listener testkit's forwarders share: its accept loop on a thread, closed with every connection.
+        self._listener = listen(0, self._accept, backlog=64, name="byte-counter")
+        self.port = self._listener.getsockname()[1]
 
     def url(self, database_url: str) -> str:
         """The same mysql:// URL (user, password, database), through this relay."""
@@ -36,23 +39,17 @@ class ByteCounter:
         return urlunsplit(parts._replace(netloc=netloc))
 
     def __enter__(self) -> "ByteCounter":
-        accept = threading.Thread(target=self._accept, daemon=True)
-        accept.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self._listener.close()
-        for sock in list(self._sockets):
-            with contextlib.suppress(OSError):
-                sock.shutdown(socket.SHUT_RDWR)
-            sock.close()
+        close(self._listener, list(self._sockets))
         for thread in list(self._threads):
             thread.join(timeout=5)
 
-    def _accept(self) -> None:
+    def _accept(self, listener: socket.socket) -> None:
         while True:
             try:
-                client, _ = self._listener.accept()
+                client, _ = listener.accept()
             except OSError:
                 return
             server = socket.create_connection(self._target)
