@@ -6,7 +6,8 @@ statements are text for Spark's JDBC reader (`dbtable` subqueries and `predicate
 come from the models' `_meta` (never typed by hand; analytics/tests/test_segment_sql.py fails when they drift),
 and every value in them is an integer or a UTC timestamp this module formats itself.
 
-The row hash: 15 hex digits of MD5 (60 bits) cast to an unsigned integer, over text both sides form identically:
+The row hash: 60 bits from two CRC32s, of the text and of the text reversed (`(CRC32(t) << 28) ^ CRC32(REVERSE(t))`),
+over text both sides form identically:
 orders `<id>:<2 x total>`, credits `<order_id>:<amount>`. Its SUM is an exact DECIMAL, so a segment agrees only if
 its rows pair up; unlike a count and a sum, it sees amounts swapped between two orders, and a missing credit plus an
 orphan whose order ids sum alike. A second hash over `<id>:<microseconds of the instant>` pairs an order's
@@ -66,8 +67,14 @@ def ts(value: datetime) -> str:
 
 
 def row_hash(text: str) -> str:
-    """The 60-bit hash of a row's text, as an unsigned integer (NULL when the text is)."""
-    return f"CAST(CONV(SUBSTRING(MD5({text}), 1, 15), 16, 10) AS UNSIGNED)"
+    """The 60-bit hash of a row's text, as an unsigned integer (NULL when the text is).
+
+    CRC32 rather than a cryptographic digest: the databases evaluate it for every row of the period, and MD5 with the
+    hex-to-integer conversion it needs is most of what a per-user aggregate costs the server. The hash guards against
+    accidents, not an adversary; summed as integers, the two CRCs' linearity over bits does not carry over to the sum.
+    Spark computes the same value (analytics.segments.recompute_users) with its crc32, zlib's polynomial as MariaDB's.
+    """
+    return f"((CRC32({text}) << 28) ^ CRC32(REVERSE({text})))"
 
 
 def pair(left: str, right: str) -> str:
