@@ -1,8 +1,12 @@
 """Every broker connection has deadlines, and a worker's control queue survives a reconnection the broker has not
 noticed yet (docs/OPERATIONS.md, "When the broker goes silent"). Against the test run's RabbitMQ."""
 
+import json
+import os
 import socket
 import struct
+import subprocess
+import sys
 
 import pytest
 from amqp.exceptions import ResourceLocked
@@ -122,11 +126,6 @@ BROKER_DEADLINE_VARIABLES = (
 def broker_deadlines_in_a_process(**env: str) -> list:
     """Return config/celery.py's heartbeat, socket timeout and keepalive idle as a process started with `env` reads
     them (without, whatever our own environment says)."""
-    import json
-    import os
-    import subprocess
-    import sys
-
     names = BROKER_DEADLINE_VARIABLES
     code = f"import json, config.celery as c; print(json.dumps([getattr(c, name) for name in {names}]))"
     environ = {k: v for k, v in os.environ.items() if k not in BROKER_DEADLINE_VARIABLES}

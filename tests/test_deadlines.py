@@ -1,5 +1,10 @@
 """Every database connection has its role's deadlines (core/deadlines.py), on the client and on the server."""
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 from django.db import connections
 
@@ -83,11 +88,6 @@ def test_spark_reads_with_the_nightly_roles_deadlines():
 
 def worker_roles_in_a_process(**env: str) -> list:
     """Return the relay's and the workers' deadlines as a process started with `env` over ours reads them."""
-    import json
-    import os
-    import subprocess
-    import sys
-
     code = (
         "import json; from dataclasses import astuple; from core.deadlines import RELAY, ROLES, WORKER;"
         " print(json.dumps([astuple(ROLES[RELAY]), astuple(ROLES[WORKER])]))"
