@@ -28,9 +28,11 @@ from testkit.queues import purge_queues
 from testkit.reconcile import wait_for_credits
 from testkit.silence import SilentLink, iptables_available
 
+# Not `alone`, but for Redis' test: the databases' bounds are fixed waits (the web's 3 s read within 5 s, /healthz's
+# 1.5 s check within 2 s) plus a little work, which held with room (1.9 s and 0.38 s at the least) while another
+# cluster's test ran beside them.
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.alone,  # every request answered within the web's deadlines: other workers' load would break them
     pytest.mark.skipif(not iptables_available(), reason="needs iptables and root (scripts/setup.sh)"),
 ]
 
@@ -261,6 +263,9 @@ def test_the_credits_database_silent_orders_flow_and_the_consumers_resume_within
     assert_nothing_lost_duplicated_or_dead(silence, user_ids, cluster)
 
 
+# The rate before the silence against the rate during it: another worker's load changing between the two would
+# change it.
+@pytest.mark.alone
 def test_redis_silent_orders_keep_more_than_half_their_rate(cluster_through, make_user):
     user_ids, tokens = users_with_tokens(make_user, 4, "silent-redis")
     cluster, link = cluster_through("redis")
