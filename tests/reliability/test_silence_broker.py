@@ -4,8 +4,9 @@ Every process reaches RabbitMQ through a SilentLink (testkit/silence.py). Nothin
 order (it never waits on the broker), and within RECOVERY_LIMIT_SECONDS of the heal the relay publishes again, every
 worker answers a ping on its control queue (its pidbox) and consumes again, and beat's sweeps arrive; afterwards
 nothing is lost, nothing credited twice, nothing dead-lettered. docs/OPERATIONS.md, "When the broker goes silent",
-says which deadline finds a silent connection where. The cluster's processes get config/celery.py's heartbeat, socket
-timeout and keepalive idle at half production's (BROKER_*_SECONDS in their environment), and the silences with them.
+says which deadline finds a silent connection where. For the silence past every deadline the cluster's processes get
+config/celery.py's heartbeat, socket timeout and keepalive idle at half production's (BROKER_*_SECONDS in their
+environment), and the silence with them; the silence between a worker's deadline and the broker's keeps production's.
 """
 
 import re
@@ -44,8 +45,11 @@ KEEPALIVE_INTERVAL_SECONDS = 10
 # Past every deadline: the broker's (two to three heartbeats), keepalive's, a blocking read's, by 5 s.
 LONG_SILENCE_SECONDS = max(3 * HEARTBEAT_SECONDS, KEEPALIVE_IDLE_SECONDS + KEEPALIVE_INTERVAL_SECONDS) + 5
 # Past a worker's finding its connection dead (its heartbeat write, a third of a heartbeat apart, unanswered for 1 s),
-# short of the broker's giving it up (two heartbeats at least).
-SHORT_SILENCE_SECONDS = 6
+# short of the broker's giving it up (two heartbeats at least), with production's 10 s heartbeat: the worker's
+# reconnection, whose waits do not shrink with the heartbeat, must be done well before the broker lets go. With a
+# 5 s heartbeat and a 6 s silence the broker let go while a worker was declaring its control queue again.
+SHORT_SILENCE_SECONDS = 12
+SHORTENED = ("BROKER_HEARTBEAT_SECONDS", "BROKER_SOCKET_TIMEOUT_SECONDS", "BROKER_KEEPALIVE_IDLE_SECONDS")
 WARM_UP_SECONDS = 5
 RECOVERY_LIMIT_SECONDS = 15
 CATCH_UP_LIMIT_SECONDS = 60
@@ -191,4 +195,6 @@ def test_a_worker_reconnecting_before_the_broker_let_go_keeps_running(silent_clu
     # Longer than a worker takes to find its connection dead (its heartbeat write unanswered), shorter than the broker
     # takes: the worker reconnects while the broker still holds its old connection, and the old connection's
     # consumer on the worker's control queue (pidbox).
+    for name in SHORTENED:
+        silent_cluster.service_env.pop(name)
     run_silence(silent_cluster, broker_link, make_user, silence_seconds=SHORT_SILENCE_SECONDS, capsys=capsys)
