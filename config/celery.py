@@ -10,6 +10,7 @@ import socket
 from celery import Celery, signals
 from kombu import Exchange, Queue
 
+from config.env import env_float, env_int
 from core.celery_publish import time_limits_left_to_workers
 from core.contract import (
     ANALYTICS_QUEUE,
@@ -29,14 +30,16 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 # (prefork, whose parent process ticks the heartbeat whatever its pool runs) writes a frame every third of it and
 # gives a connection up after two heartbeats without a frame; RabbitMQ gives it up after two to three. A solo worker
 # negotiates no heartbeat (Celery ticks none outside its event loop): the keepalive below finds its connection.
-BROKER_HEARTBEAT_SECONDS = 10
+# The environment variables of the same names exist for the fault-injection tests, which shorten these deadlines in
+# the processes they start so that a silence crosses them in seconds; production keeps the defaults.
+BROKER_HEARTBEAT_SECONDS = env_int("BROKER_HEARTBEAT_SECONDS", 10, minimum=2)
 # Connecting (TCP), and each blocking read or write afterwards (a handshake, a declare, a publisher confirm):
 # milliseconds when the broker is well.
 BROKER_CONNECT_TIMEOUT_SECONDS = 4.0
-BROKER_SOCKET_TIMEOUT_SECONDS = 10.0
+BROKER_SOCKET_TIMEOUT_SECONDS = env_float("BROKER_SOCKET_TIMEOUT_SECONDS", 10.0, minimum=1.0)
 # A connection idle this long is probed; py-amqp's TCP_USER_TIMEOUT (1 s) then drops it at the next probe, ten
 # seconds on (TCP_KEEPINTVL), when the first went unanswered. py-amqp's own default waits 60 s before the first.
-BROKER_KEEPALIVE_IDLE_SECONDS = 10
+BROKER_KEEPALIVE_IDLE_SECONDS = env_int("BROKER_KEEPALIVE_IDLE_SECONDS", 10, minimum=1)
 
 # Every task derives from core.worker.WorkerTask: the per-task database checks as a call around the run.
 app = Celery("creditshop", task_cls="core.worker:WorkerTask")

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 
 from django.db import connections
 
+from config.env import env_int
+
 WEB, RELAY, WORKER, NIGHTLY, COMMAND = "web", "relay", "worker", "nightly", "command"
 
 
@@ -48,10 +50,20 @@ class Deadlines:
         return {"connect_timeout": self.connect, "read_timeout": self.read, "write_timeout": self.write}
 
 
+# The relay's and the workers' read and write deadline. DATABASE_WORKER_READ_SECONDS exists for the fault-injection
+# tests, which shorten it in the processes they start so that a silence crosses it in seconds; production keeps 20 s.
+WORKER_READ_SECONDS = env_int("DATABASE_WORKER_READ_SECONDS", 20, minimum=2, maximum=600)
+# The server stops a statement at three quarters of the client's wait: 15 s of 20.
+WORKER_STATEMENT_SECONDS = WORKER_READ_SECONDS * 0.75
+
 ROLES = {
     WEB: Deadlines(connect=2, read=3, write=3, statement=2.5, fail_fast=1.0),
-    RELAY: Deadlines(connect=3, read=20, write=20, statement=15.0),
-    WORKER: Deadlines(connect=3, read=20, write=20, statement=15.0),
+    RELAY: Deadlines(
+        connect=3, read=WORKER_READ_SECONDS, write=WORKER_READ_SECONDS, statement=WORKER_STATEMENT_SECONDS
+    ),
+    WORKER: Deadlines(
+        connect=3, read=WORKER_READ_SECONDS, write=WORKER_READ_SECONDS, statement=WORKER_STATEMENT_SECONDS
+    ),
     NIGHTLY: Deadlines(connect=5, read=600, write=600, statement=None),
     COMMAND: Deadlines(connect=5, read=3600, write=3600, statement=None),
 }

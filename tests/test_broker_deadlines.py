@@ -1,8 +1,12 @@
 """Every broker connection has deadlines, and a worker's control queue survives a reconnection the broker has not
 noticed yet (docs/OPERATIONS.md, "When the broker goes silent"). Against the test run's RabbitMQ."""
 
+import json
+import os
 import socket
 import struct
+import subprocess
+import sys
 
 import pytest
 from amqp.exceptions import ResourceLocked
@@ -110,3 +114,30 @@ def test_a_worker_retries_the_broker_forever_and_at_most_every_few_seconds():
     ((args, kwargs),) = conn.calls
     assert args[1] is None  # max_retries: forever (Celery's default gives up after 100 and exits)
     assert kwargs["interval_max"] == RECONNECT_INTERVAL_MAX_SECONDS < RECOVERY_LIMIT_SECONDS
+
+
+BROKER_DEADLINE_VARIABLES = (
+    "BROKER_HEARTBEAT_SECONDS",
+    "BROKER_SOCKET_TIMEOUT_SECONDS",
+    "BROKER_KEEPALIVE_IDLE_SECONDS",
+)
+
+
+def broker_deadlines_in_a_process(**env: str) -> list:
+    """Return config/celery.py's heartbeat, socket timeout and keepalive idle as a process started with `env` reads
+    them (without, whatever our own environment says)."""
+    names = BROKER_DEADLINE_VARIABLES
+    code = f"import json, config.celery as c; print(json.dumps([getattr(c, name) for name in {names}]))"
+    environ = {k: v for k, v in os.environ.items() if k not in BROKER_DEADLINE_VARIABLES}
+    result = subprocess.run([sys.executable, "-c", code], env={**environ, **env}, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_production_keeps_a_10_s_heartbeat_socket_timeout_and_keepalive_idle():
+    assert broker_deadlines_in_a_process() == [10, 10.0, 10]
+
+
+def test_a_test_cluster_can_shorten_the_broker_deadlines():
+    shortened = dict(zip(BROKER_DEADLINE_VARIABLES, ("4", "3", "2"), strict=True))
+    assert broker_deadlines_in_a_process(**shortened) == [4, 3.0, 2]

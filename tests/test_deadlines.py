@@ -1,5 +1,10 @@
 """Every database connection has its role's deadlines (core/deadlines.py), on the client and on the server."""
 
+import json
+import os
+import subprocess
+import sys
+
 import pytest
 from django.db import connections
 
@@ -79,3 +84,23 @@ def test_spark_reads_with_the_nightly_roles_deadlines():
     options = jdbc_source("default").options()
     assert options["connectTimeout"] == str(ROLES[NIGHTLY].connect * 1000)
     assert options["socketTimeout"] == str(ROLES[NIGHTLY].read * 1000)
+
+
+def worker_roles_in_a_process(**env: str) -> list:
+    """Return the relay's and the workers' deadlines as a process started with `env` over ours reads them."""
+    code = (
+        "import json; from dataclasses import astuple; from core.deadlines import RELAY, ROLES, WORKER;"
+        " print(json.dumps([astuple(ROLES[RELAY]), astuple(ROLES[WORKER])]))"
+    )
+    environ = {k: v for k, v in os.environ.items() if k != "DATABASE_WORKER_READ_SECONDS"}
+    result = subprocess.run([sys.executable, "-c", code], env={**environ, **env}, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_production_gives_the_relay_and_the_workers_20_s_to_read_and_the_server_15():
+    assert worker_roles_in_a_process() == [[3, 20, 20, 15.0, None]] * 2
+
+
+def test_a_test_cluster_can_shorten_the_relay_and_workers_read_deadline_keeping_the_statement_limit_below_it():
+    assert worker_roles_in_a_process(DATABASE_WORKER_READ_SECONDS="4") == [[3, 4, 4, 3.0, None]] * 2

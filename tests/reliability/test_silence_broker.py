@@ -4,7 +4,9 @@ Every process reaches RabbitMQ through a SilentLink (testkit/silence.py). Nothin
 order (it never waits on the broker), and within RECOVERY_LIMIT_SECONDS of the heal the relay publishes again, every
 worker answers a ping on its control queue (its pidbox) and consumes again, and beat's sweeps arrive; afterwards
 nothing is lost, nothing credited twice, nothing dead-lettered. docs/OPERATIONS.md, "When the broker goes silent",
-says which deadline finds a silent connection where.
+says which deadline finds a silent connection where. For the silence past every deadline the cluster's processes get
+config/celery.py's heartbeat, socket timeout and keepalive idle at half production's (BROKER_*_SECONDS in their
+environment), and the silence with them; the silence between a worker's deadline and the broker's keeps production's.
 """
 
 import re
@@ -34,6 +36,20 @@ pytestmark = [
 ]
 
 RATE = 10  # orders per second, across all clients
+# config/celery.py's deadlines in the cluster: half production's 10 s heartbeat, socket timeout and keepalive idle.
+HEARTBEAT_SECONDS = 5
+SOCKET_TIMEOUT_SECONDS = 5
+KEEPALIVE_IDLE_SECONDS = 5
+# py-amqp's TCP_KEEPINTVL: keepalive finds an idle silent connection one probe interval after the idle time.
+KEEPALIVE_INTERVAL_SECONDS = 10
+# Past every deadline: the broker's (two to three heartbeats), keepalive's, a blocking read's, by 5 s.
+LONG_SILENCE_SECONDS = max(3 * HEARTBEAT_SECONDS, KEEPALIVE_IDLE_SECONDS + KEEPALIVE_INTERVAL_SECONDS) + 5
+# Past a worker's finding its connection dead (its heartbeat write, a third of a heartbeat apart, unanswered for 1 s),
+# short of the broker's giving it up (two heartbeats at least), with production's 10 s heartbeat: the worker's
+# reconnection, whose waits do not shrink with the heartbeat, must be done well before the broker lets go. With a
+# 5 s heartbeat and a 6 s silence the broker let go while a worker was declaring its control queue again.
+SHORT_SILENCE_SECONDS = 12
+SHORTENED = ("BROKER_HEARTBEAT_SECONDS", "BROKER_SOCKET_TIMEOUT_SECONDS", "BROKER_KEEPALIVE_IDLE_SECONDS")
 WARM_UP_SECONDS = 5
 RECOVERY_LIMIT_SECONDS = 15
 CATCH_UP_LIMIT_SECONDS = 60
@@ -57,7 +73,12 @@ def silent_cluster(broker_link, process_users, transactional_db, tmp_path):
     """The service's processes, each reaching the broker through `broker_link` only."""
     purge_queues()
     cluster = Cluster(
-        service_env=service_env(CELERY_BROKER_URL=broker_url(port=broker_link.port)),
+        service_env=service_env(
+            CELERY_BROKER_URL=broker_url(port=broker_link.port),
+            BROKER_HEARTBEAT_SECONDS=str(HEARTBEAT_SECONDS),
+            BROKER_SOCKET_TIMEOUT_SECONDS=str(SOCKET_TIMEOUT_SECONDS),
+            BROKER_KEEPALIVE_IDLE_SECONDS=str(KEEPALIVE_IDLE_SECONDS),
+        ),
         workdir=tmp_path,
         port=free_port(),
         process_env=process_users.cluster_env(),
@@ -167,11 +188,13 @@ def test_every_process_works_again_after_a_silence_longer_than_every_deadline(
 ):
     # Longer than every deadline of config/celery.py, the broker's own included (two to three heartbeats): by the heal
     # the broker has let go of every connection the workers had.
-    run_silence(silent_cluster, broker_link, make_user, silence_seconds=40, capsys=capsys)
+    run_silence(silent_cluster, broker_link, make_user, silence_seconds=LONG_SILENCE_SECONDS, capsys=capsys)
 
 
 def test_a_worker_reconnecting_before_the_broker_let_go_keeps_running(silent_cluster, broker_link, make_user, capsys):
     # Longer than a worker takes to find its connection dead (its heartbeat write unanswered), shorter than the broker
     # takes: the worker reconnects while the broker still holds its old connection, and the old connection's
     # consumer on the worker's control queue (pidbox).
-    run_silence(silent_cluster, broker_link, make_user, silence_seconds=12, capsys=capsys)
+    for name in SHORTENED:
+        silent_cluster.service_env.pop(name)
+    run_silence(silent_cluster, broker_link, make_user, silence_seconds=SHORT_SILENCE_SECONDS, capsys=capsys)
