@@ -8,11 +8,18 @@ Recording at the driver's query() sees every round trip of whichever path runs, 
 import contextlib
 from collections.abc import Iterator
 
+from core.sql_batches import galera_node
+
 
 @contextlib.contextmanager
 def round_trips(connection) -> Iterator[list[str]]:
-    """Yield a list that receives the SQL text of each query the connection's driver sends while the block runs."""
+    """Yield a list that receives the SQL text of each query the connection's driver sends while the block runs.
+
+    The connection is opened first, and its server asked once whether it is a Galera node (core/sql_batches): what a
+    connection does once, not each write.
+    """
     connection.ensure_connection()
+    galera_node(connection)
     driver = connection.connection
     sent: list[str] = []
     real_query = driver.query
@@ -25,7 +32,7 @@ def round_trips(connection) -> Iterator[list[str]]:
     try:
         yield sent
     finally:
-        del driver.query  # the driver class's own again
+        driver.query = real_query  # the driver's own again (its attributes cannot be deleted)
 
 
 def statement_heads(sql: str) -> list[str]:
