@@ -22,7 +22,7 @@ from django.test.utils import override_settings
 from rest_framework.test import APIClient
 
 from accounts.services import api_token_create
-from testkit import leftovers
+from testkit import committed, leftovers
 from testkit.workers import SPARK_GROUP, SharedServicesLock, with_vhost, worker_id, worker_vhost
 
 DATABASE_FIXTURES = {"db", "transactional_db", "live_server", "django_db_reset_sequences"}
@@ -274,6 +274,15 @@ def static_root():
                 shutil.rmtree(old, ignore_errors=True)
     with override_settings(STATIC_ROOT=root):
         yield root
+
+
+@pytest.fixture
+def committed_db(transactional_db):
+    """Database access outside any test case's transaction, as production has it: what the test writes commits. For a
+    test of a write that commits in its own transaction (an order: orders/services.order_create refuses to run in
+    another's). Afterwards only the tables holding rows are emptied, not every table (testkit/committed.py)."""
+    yield
+    committed.teardown_cheaply()
 
 
 @pytest.fixture

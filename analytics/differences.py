@@ -79,7 +79,7 @@ def extract_differences(
         facts["leaves"] = len(leaves)
         received += facts.get("bucket_rows", 0)
     with progress.stage("extract: fetch where they differ") as facts:
-        dead_letters, note = extract.read_open_dead_letters(spark, sources.credits)
+        dead_letters = extract.read_open_dead_letters(spark, sources.credits)
         dead_letters = dead_letters.cache()
         fetched = segments.fetch_differences(
             spark, sources, span, period, users=wanted, leaves=leaves, dead_letter_orders=dead_letters
@@ -91,7 +91,6 @@ def extract_differences(
             dead_letters=dead_letters,
             first_orders=segments.empty_first_orders(spark),
             history=extract.read_daily_history(spark, sources.orders),
-            dead_letters_note=note,
         )
         recomputed = segments.recompute_users(data.orders, data.credits, span)
         mismatched = segments.audit_mismatches(audited, (orders_per_user, credits_per_user), recomputed)

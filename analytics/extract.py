@@ -27,6 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from analytics.jdbc import JdbcSource, Sources
+from analytics.models import DailyMetrics
 from analytics.schemas import (
     CREDITS_SCHEMA,
     DAILY_HISTORY_SCHEMA,
@@ -83,9 +84,6 @@ CREDITS = model_table(OrderCredit, ("id", "user_id", "order_id", "total", "creat
 # the driver's JVM about as much as leaving it out. The values are UTC without a zone, so the difference from the
 # epoch is exact.
 MICROS_SUFFIX = "__micros"
-_PAYLOAD_ORDER_ID = (
-    "CAST(COALESCE(JSON_VALUE(payload, '$.order_id'), JSON_VALUE(payload, '$.message.order_id')) AS SIGNED)"
-)
 
 
 @dataclass(frozen=True)
@@ -146,7 +144,6 @@ class Extracted:
     dead_letters: DataFrame
     first_orders: DataFrame
     history: DataFrame
-    dead_letters_note: str = ""
 
 
 def extract_window(spark: SparkSession, sources: Sources, plan: WindowPlan) -> Extracted:
@@ -167,8 +164,7 @@ def extract_window(spark: SparkSession, sources: Sources, plan: WindowPlan) -> E
     with ThreadPoolExecutor(max_workers=len(reads), thread_name_prefix="extract") as pool:
         futures = {name: pool.submit(_in_own_connection, read) for name, read in reads.items()}
         frames = {name: future.result() for name, future in futures.items()}
-    dead_letters, note = frames.pop("dead_letters")
-    return Extracted(**frames, dead_letters=dead_letters, dead_letters_note=note)
+    return Extracted(**frames)
 
 
 def _in_own_connection(read):
@@ -298,37 +294,20 @@ def read_first_orders(spark: SparkSession, source: JdbcSource, *, since_id: int 
 def read_daily_history(spark: SparkSession, source: JdbcSource) -> DataFrame:
     """Read the daily metrics earlier runs stored (one small row per day), for the trends."""
     columns = ", ".join(field.name for field in DAILY_HISTORY_SCHEMA.fields)
-    sql = f"SELECT {columns} FROM analytics_daily_metrics"  # noqa: S608
+    sql = f"SELECT {columns} FROM {DailyMetrics._meta.db_table}"  # noqa: S608
     return conform(_read_query(spark, source, sql), DAILY_HISTORY_SCHEMA)
 
 
-def read_open_dead_letters(spark: SparkSession, source: JdbcSource) -> tuple[DataFrame, str]:
-    """Read the open dead-lettered credit messages, or none with a note when the credits app has no such table."""
-    table = dead_letter_table(source)
-    if table is None:
-        return spark.createDataFrame([], DEAD_LETTERS_SCHEMA), "no dead-letter table in this database; reported 0"
-    name, columns = table
-    # Names below come from the database's own catalogue, checked against what this code expects.
-    order_id = "order_id" if "order_id" in columns else _PAYLOAD_ORDER_ID
-    created = next((c for c in ("created_at", "first_failed_at", "last_failed_at") if c in columns), "NULL")
+def read_open_dead_letters(spark: SparkSession, source: JdbcSource) -> DataFrame:
+    """Read the open dead-lettered credit messages: their id, order, status and first failure (as created_at)."""
+    column = {name: DeadLetter._meta.get_field(name).column for name in ("id", "order_id", "status", "first_failed_at")}
+    # Names from the model; the status a choice of the model's.
     sql = (
-        f"SELECT id, {order_id} AS order_id, status, {created} AS created_at "  # noqa: S608
-        f"FROM {name} WHERE status = 'open'"
+        f"SELECT {column['id']} AS id, {column['order_id']} AS order_id, {column['status']} AS status, "  # noqa: S608
+        f"{column['first_failed_at']} AS created_at FROM {DeadLetter._meta.db_table} "
+        f"WHERE {column['status']} = '{DeadLetter.Status.OPEN.value}'"
     )
-    return conform(_read_query(spark, source, sql), DEAD_LETTERS_SCHEMA), ""
-
-
-def dead_letter_table(source: JdbcSource) -> tuple[str, set[str]] | None:
-    """Return the credits consumer's dead-letter table's name and columns if it exists in the source's database."""
-    name = DeadLetter._meta.db_table
-    connection = connections[source.alias]
-    with connection.cursor() as cursor:
-        if name not in connection.introspection.table_names(cursor):
-            return None
-        columns = {column.name for column in connection.introspection.get_table_description(cursor, name)}
-    if not {"id", "status"} <= columns or not ({"order_id", "payload"} & columns):
-        return None
-    return name, columns
+    return conform(_read_query(spark, source, sql), DEAD_LETTERS_SCHEMA)
 
 
 def conform(df: DataFrame, schema: StructType) -> DataFrame:

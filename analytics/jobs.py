@@ -139,7 +139,7 @@ def _run_in_session(
             checked=looked_up.checked,
             aggregates=found.aggregates,
         )
-        days = day_results(analysis.collected, ctx=ctx, note=data.dead_letters_note)
+        days = day_results(analysis.collected, ctx=ctx)
         facts["orders"] = sum(day.metrics["orders"] for day in days)
         facts["credits"] = sum(day.metrics["credits_awarded"] for day in days)
         facts.update({name: sum(day.checks[name].count for day in days) for name in CHECK_NAMES})

@@ -56,12 +56,12 @@ class DayResult:
         return self.violations == 0
 
 
-def day_results(collected: dict[str, list[dict]], *, ctx: CheckContext, note: str = "") -> list[DayResult]:
+def day_results(collected: dict[str, list[dict]], *, ctx: CheckContext) -> list[DayResult]:
     """Build one DayResult per day of the checked period from the collected frames (summary, histograms, top users,
-    trend, violations); `note` is the dead-letter read's, if any.
+    trend, violations).
     """
     analytics = _assemble_analytics(collected)
-    outcomes = _assemble_outcomes(collected["violations"], ctx=ctx, note=note)
+    outcomes = _assemble_outcomes(collected["violations"], ctx=ctx)
     return [
         DayResult(date=day, checks=outcomes[day], **analytics.get(day, _empty_analytics())) for day in ctx.period.dates
     ]
@@ -150,7 +150,7 @@ def _empty_analytics() -> dict:
     }
 
 
-def _assemble_outcomes(violations: list[dict], *, ctx: CheckContext, note: str) -> dict[date, dict[str, CheckOutcome]]:
+def _assemble_outcomes(violations: list[dict], *, ctx: CheckContext) -> dict[date, dict[str, CheckOutcome]]:
     """Arrange the collected violations per day and check: full count, sample ids, stored rows."""
     outcomes = {day: {name: CheckOutcome() for name in CHECK_NAMES} for day in ctx.period.dates}
     for row in sorted(violations, key=itemgetter("check", "date", "rank")):
@@ -161,8 +161,6 @@ def _assemble_outcomes(violations: list[dict], *, ctx: CheckContext, note: str) 
             numeric = ID_KINDS[row["check"]] != "transaction"
             outcome.sample.append(int(row["entity_id"]) if numeric else row["entity_id"])
     for day, checks in outcomes.items():
-        if note:
-            checks["dead_letters_open"].note = note
         if ctx.logs_kept_since is not None and Period.ending(day).start < ctx.logs_kept_since:
             checks["order_without_log"].note = (
                 f"orders placed before {ctx.logs_kept_since:%Y-%m-%d %H:%M} UTC not judged: published outbox rows "

@@ -57,6 +57,7 @@ from django.db import connections  # noqa: E402
 
 from analytics import class_archive  # noqa: E402
 from analytics.checks import CHECK_NAMES  # noqa: E402
+from analytics.models import DailyMetrics  # noqa: E402
 from analytics.period import Period  # noqa: E402
 from bench.analytics_report import FLOOR, load_average, markdown, mismatches, progress_printer, record  # noqa: E402
 from bench.byte_counter import Relays  # noqa: E402
@@ -70,7 +71,7 @@ TABLES = {
     "default": (
         "analytics_violations",
         "analytics_check_results",
-        "analytics_daily_metrics",
+        DailyMetrics._meta.db_table,
         "analytics_user_daily_credits",
         "analytics_nightly_runs",
         "transaction_log",

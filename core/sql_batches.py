@@ -123,7 +123,15 @@ def batch_insert_ids(connection, batch: Transaction | str, params: Sequence[Any]
 
 def _unread_batch(connection, batch: Transaction | str, params: Sequence[Any]) -> list[StatementResult]:
     """Run a batch whose statements read no rows on the backend's own cursor, and return what each reported; through
-    Django's cursor (batch_execute) where it must be (see batch_row_counts)."""
+    Django's cursor (batch_execute) where it must be (see batch_row_counts).
+
+    Production takes both paths. The backend's own cursor: every order (orders/services.order_create runs only
+    outside a transaction) and a worker's award. Django's cursor, each condition for a reason of its own:
+    execute_wrappers, for core/tracing's SQL span when tracing is on, which must see the batch; queries_logged, for
+    DEBUG's query log (a development server; a test's query capture turns it on too, so a test judging production's
+    round trips records them at the driver instead: testkit/round_trips.py); in_atomic_block, for the award inside an
+    admin's replay of a dead letter (credits/services.dead_letter_replay), whose savepoint Django's atomic manages.
+    """
     if connection.execute_wrappers or connection.queries_logged or connection.in_atomic_block:
         with connection.cursor() as cursor:
             return batch_execute(connection, cursor, batch, params)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections
 from django.utils import timezone
 
 from core import sql_batches
@@ -65,16 +65,6 @@ class OrderRows:
         return parameters
 
 
-def _order_rows_insert(connection, rows: OrderRows, *, own_transaction: bool) -> int:
-    """Run the order's batch and return the order's new id; in its own transaction, or in the caller's."""
-    batch = order_batch(own_transaction=own_transaction, idempotency_key=rows.idempotency_key is not None)
-    # On the backend's own cursor (core/sql_batches.batch_insert_ids), as the award's: Django's cursor wrapper, its
-    # execute wrapper and a nextset() per result are work on every order that reads nothing the batch returns.
-    keys = sql_batches.batch_insert_ids(connection, batch, rows.parameters())
-    # The order's INSERT is the batch's first statement, after START TRANSACTION in a batch of its own.
-    return keys[1 if own_transaction else 0]
-
-
 def _order_rows_commit(connection, rows: OrderRows) -> int:
     """Write the rows in one explicit transaction, START TRANSACTION ... COMMIT, and return the order id.
 
@@ -84,11 +74,16 @@ def _order_rows_commit(connection, rows: OrderRows) -> int:
     first failing statement with the transaction still open: any error rolls everything back before it propagates;
     when even the ROLLBACK fails the connection is closed, and the server discards what it held.
     """
+    batch = order_batch(idempotency_key=rows.idempotency_key is not None)
     try:
-        return _order_rows_insert(connection, rows, own_transaction=True)
+        # On the backend's own cursor (core/sql_batches.batch_insert_ids), as the award's: Django's cursor wrapper,
+        # its execute wrapper and a nextset() per result are work on every order that reads nothing the batch returns.
+        keys = sql_batches.batch_insert_ids(connection, batch, rows.parameters())
     except BaseException:
         sql_batches.transaction_abandon(connection)
         raise
+    # The order's INSERT is the batch's first statement after START TRANSACTION.
+    return keys[1]
 
 
 def order_create(
@@ -102,6 +97,10 @@ def order_create(
     # The connection itself, not django.db.connection: each attribute read through that proxy looks the connection up
     # again, and the order's path reads many.
     connection = connections[DEFAULT_DB_ALIAS]
+    if connection.in_atomic_block:
+        # The order commits in a transaction of its own, and the relay is woken once it has: nesting it in a caller's
+        # would acknowledge an order that the caller may still roll back.
+        raise RuntimeError("order_create commits the order in its own transaction; call it outside a transaction")
     fingerprint = request_fingerprint(goods_name=goods_name, total=total)
     transaction_id = new_transaction_id()
     transaction_bind(transaction_id)
@@ -109,14 +108,7 @@ def order_create(
     db_now = connection.ops.adapt_datetimefield_value(now)
     rows = OrderRows(user.pk, goods_name, total, transaction_id, now, db_now, idempotency_key, fingerprint)
     try:
-        if connection.in_atomic_block:
-            # Only a test case's transaction may hold us (durable=True refuses any other); the ORM nests in it.
-            with transaction.atomic(durable=True):
-                order_id = _order_rows_insert(connection, rows, own_transaction=False)
-                transaction.on_commit(wake_relay, robust=True)
-        else:
-            order_id = _order_rows_commit(connection, rows)
-            wake_relay()
+        order_id = _order_rows_commit(connection, rows)
     except IntegrityError:
         if idempotency_key is None:
             raise
@@ -129,6 +121,7 @@ def order_create(
                 extra={"order_id": record.order_id},
             ) from None
         return OrderPlacement(order=record.order, created=False)
+    wake_relay()
     order = ORDER_INSERT.instance(connection.alias, [user.pk, goods_name, total, transaction_id, now], pk=order_id)
     order.user = user  # the caller's user, so order.user costs no query
     return OrderPlacement(order=order, created=True)

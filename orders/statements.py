@@ -31,10 +31,10 @@ PENDING_ORDER_ID = 0
 
 
 @functools.cache
-def order_batch(*, own_transaction: bool, idempotency_key: bool) -> sql.Transaction:
-    """Return the order's statements as one batch: the order, its outbox row and, for a request that sent an
-    Idempotency-Key, its idempotency record; its own transaction, or inside the caller's (core/sql.Transaction)."""
+def order_batch(*, idempotency_key: bool) -> sql.Transaction:
+    """Return the order's transaction as one batch (core/sql.Transaction): the order, its outbox row and, for a
+    request that sent an Idempotency-Key, its idempotency record, between START TRANSACTION and COMMIT."""
     statements = [ORDER_INSERT.sql, f"SET {ORDER_ID} = LAST_INSERT_ID()", MESSAGE_AFTER_ORDER.sql]
     if idempotency_key:
         statements.append(IDEMPOTENCY_KEY_INSERT.sql)
-    return sql.Transaction(tuple(statements), begins=own_transaction, commits=own_transaction)
+    return sql.Transaction(tuple(statements), begins=True, commits=True)

@@ -85,11 +85,9 @@ def test_the_order_is_one_batch_of_the_models_statements():
         " JSON_SET(%s, '$.order_id', @creditshop_order_id), %s, %s, %s, %s, %s)"
     )
     statements = [ORDER_INSERT.sql, "SET @creditshop_order_id = LAST_INSERT_ID()", MESSAGE_AFTER_ORDER.sql]
-    assert order_batch(own_transaction=True, idempotency_key=False).sql == "START TRANSACTION;\n" + ";\n".join(
-        [*statements, "COMMIT"]
-    )
-    assert order_batch(own_transaction=False, idempotency_key=True).sql == ";\n".join(
-        [*statements, IDEMPOTENCY_KEY_INSERT.sql]
+    assert order_batch(idempotency_key=False).sql == "START TRANSACTION;\n" + ";\n".join([*statements, "COMMIT"])
+    assert order_batch(idempotency_key=True).sql == "START TRANSACTION;\n" + ";\n".join(
+        [*statements, IDEMPOTENCY_KEY_INSERT.sql, "COMMIT"]
     )
 
 
@@ -255,7 +253,7 @@ def test_a_claimed_row_reads_as_the_orm_reads_it():
 
 
 def test_on_a_galera_node_each_statement_is_a_round_trip_of_its_own_with_its_own_parameters():
-    batch = order_batch(own_transaction=True, idempotency_key=True)
+    batch = order_batch(idempotency_key=True)
     assert batch.round_trips == (
         f"START TRANSACTION;\n{ORDER_INSERT.sql}",
         "SET @creditshop_order_id = LAST_INSERT_ID()",

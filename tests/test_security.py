@@ -36,7 +36,7 @@ def test_check_deploy_is_clean_with_production_settings():
     assert "no issues" in result.stdout
 
 
-@pytest.mark.django_db
+@pytest.mark.usefixtures("committed_db")  # the order commits in its own transaction
 def test_tokens_never_reach_the_logs(user, caplog):
     key = api_token_create(user=user)[1]
     good, bad = APIClient(), APIClient()

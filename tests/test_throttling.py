@@ -9,7 +9,8 @@ import pytest
 from core import throttling
 from orders.models import Order
 
-pytestmark = pytest.mark.django_db
+# Orders commit in their own transaction, as in production: no test case's transaction may hold them.
+pytestmark = pytest.mark.usefixtures("committed_db")
 
 
 def closed_port() -> int:

@@ -60,6 +60,7 @@ def test_each_database_holds_only_its_own_service_tables(db):
     assert credits_side >= CREDITS_SERVICE_TABLES and not ORDER_SERVICE_TABLES & credits_side
 
 
+@pytest.mark.usefixtures("committed_db")  # the orders commit in their own transaction
 def test_the_orders_page_asks_the_credits_database_once_whatever_its_size(api, user):
     payloads = [place_order(user=user, total=n)[1] for n in range(1, 8)]
     award(payloads[0])
@@ -72,6 +73,7 @@ def test_the_orders_page_asks_the_credits_database_once_whatever_its_size(api, u
     assert [order["credit_status"] for order in last_page] == ["pending", "awarded"]
 
 
+@pytest.mark.usefixtures("committed_db")  # the order commits in its own transaction
 def test_an_awarded_order_with_an_open_dead_letter_for_another_copy_shows_awarded(api, user):
     order_id, payload = place_order(user=user)
     award(payload)

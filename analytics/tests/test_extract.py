@@ -68,7 +68,7 @@ def test_each_read_goes_to_the_database_that_holds_its_table(spark):
     assert read_at == {
         pk: (at - epoch) // timedelta(microseconds=1) for pk, at in Order.objects.values_list("id", "created_at")
     }
-    assert [row.id for row in data.dead_letters.collect()] == [letter.pk] and data.dead_letters_note == ""
+    assert [row.id for row in data.dead_letters.collect()] == [letter.pk]
 
     # Look-ups read the rows of the ids in the ranges, wherever in time (ids 10..99 and 100.. are two lengths of text).
     wanted = [(ids[0], ids[2]), (ids[7], ids[12]), (ids[-1], ids[-1])]

@@ -18,7 +18,8 @@ from credits.tests.support import place_order
 from orders.models import Order
 from outbox.models import TransactionLog
 
-pytestmark = pytest.mark.django_db
+# Orders commit in their own transaction, as in production: no test case's transaction may hold them.
+pytestmark = pytest.mark.usefixtures("committed_db")
 
 
 def figure(body: str, element_id: str) -> str:

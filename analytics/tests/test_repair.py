@@ -13,7 +13,8 @@ from orders.services import order_create
 from outbox.models import TransactionLog
 from outbox.services import messages_retry_now
 
-pytestmark = pytest.mark.django_db
+# Orders commit in their own transaction, as in production: no test case's transaction may hold them.
+pytestmark = pytest.mark.usefixtures("committed_db")
 
 
 @pytest.fixture

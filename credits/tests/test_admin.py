@@ -8,7 +8,8 @@ from credits import services
 from credits.models import DeadLetter, OrderCredit
 from credits.tests.support import place_order
 
-pytestmark = pytest.mark.django_db
+# Orders commit in their own transaction, as in production: no test case's transaction may hold them.
+pytestmark = pytest.mark.usefixtures("committed_db")
 
 URL = "/admin/credits/deadletter/"
 

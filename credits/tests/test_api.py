@@ -7,7 +7,8 @@ from credits.models import DeadLetter
 from credits.tests.support import place_order
 from orders.selectors import order_get
 
-pytestmark = pytest.mark.django_db
+# Orders commit in their own transaction, as in production: no test case's transaction may hold them.
+pytestmark = pytest.mark.usefixtures("committed_db")
 
 
 def award(payload: dict) -> None:

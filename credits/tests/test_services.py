@@ -10,8 +10,10 @@ from credits.selectors import credit_balance
 from credits.services import ReplayOutcome
 from credits.tests.support import place_order
 from testkit.db_faults import rollback_refused
+from testkit.round_trips import round_trips, statement_heads
 
-pytestmark = pytest.mark.django_db
+# The award runs as a worker runs it, in its own transaction: no test case's transaction holds it (nor the order).
+pytestmark = pytest.mark.usefixtures("committed_db")
 
 
 def award(payload: dict) -> services.CreditAward:
@@ -99,25 +101,14 @@ def test_balances_add_up_per_user(user, other_user):
 
 def test_the_award_never_touches_the_order_service_database(user):
     _, payload = place_order(user=user, total=3)
-    with (
-        CaptureQueriesContext(connections["default"]) as orders_side,
-        CaptureQueriesContext(connections["credits"]) as credits_side,
-    ):
+    with round_trips(connections["default"]) as orders_side, round_trips(connections["credits"]) as credits_side:
         award(payload)
         award(payload)
-    assert orders_side.captured_queries == []
-    assert any("INSERT INTO `order_credits`" in query["sql"] for query in credits_side.captured_queries)
+    assert orders_side == []
+    assert any("INSERT INTO `order_credits`" in sql for sql in credits_side)
 
 
 # --- the award's one-round-trip transaction (award_batch), outside any caller's transaction, as a worker runs it ---
-
-
-def statements(query: dict) -> list[str]:
-    """Return the start of each statement a captured query sent (an INSERT with its table)."""
-    return [
-        " ".join(statement.split()[: 3 if statement.startswith("INSERT") else 1])
-        for statement in query["sql"].split(";\n")
-    ]
 
 
 def credits_in_transaction() -> bool:
@@ -139,20 +130,19 @@ def balance_read_elsewhere(user_id: int) -> int | None:
     return row and row[0]
 
 
-@pytest.mark.django_db(transaction=True)
 def test_an_award_is_one_round_trip_once_the_user_has_a_balance_row(user):
     first, second = (place_order(user=user, total=total)[1] for total in (2, 5))
-    with CaptureQueriesContext(connections["credits"]) as new_user:
+    with round_trips(connections["credits"]) as new_user:
         award(first)
     # The first award finds no balance row: the batch writes nothing, the row is created, the batch runs again.
-    assert [statements(query) for query in new_user.captured_queries] == [
+    assert [statement_heads(sql) for sql in new_user] == [
         ["START", "UPDATE", "INSERT INTO `order_credits`", "COMMIT"],
         ["INSERT INTO `credit_balances`"],
         ["START", "UPDATE", "INSERT INTO `order_credits`", "COMMIT"],
     ]
-    with CaptureQueriesContext(connections["credits"]) as known_user:
+    with round_trips(connections["credits"]) as known_user:
         assert award(second).created
-    assert [statements(query) for query in known_user.captured_queries] == [
+    assert [statement_heads(sql) for sql in known_user] == [
         ["START", "UPDATE", "INSERT INTO `order_credits`", "COMMIT"]
     ]
     assert not credits_in_transaction()
@@ -160,7 +150,6 @@ def test_an_award_is_one_round_trip_once_the_user_has_a_balance_row(user):
     assert sorted(OrderCredit.objects.filter(user_id=user.pk).values_list("amount", flat=True)) == [4, 10]
 
 
-@pytest.mark.django_db(transaction=True)
 def test_a_duplicate_delivery_rolls_back_its_balance_change(user):
     order_id, payload = place_order(user=user, total=4)
     award(payload)
@@ -171,7 +160,6 @@ def test_a_duplicate_delivery_rolls_back_its_balance_change(user):
     assert OrderCredit.objects.filter(order_id=order_id).count() == 1
 
 
-@pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("after", ["balance update", "credit insert"])
 def test_a_failure_between_the_statements_of_the_batch_rolls_everything_back(user, monkeypatch, after):
     _, earlier = place_order(user=user, total=1)
@@ -195,7 +183,6 @@ def test_a_failure_between_the_statements_of_the_batch_rolls_everything_back(use
     assert balance_read_elsewhere(user.pk) == 10
 
 
-@pytest.mark.django_db(transaction=True)
 def test_when_the_rollback_itself_fails_the_connection_is_closed_and_the_server_undoes_the_award(user, monkeypatch):
     _, earlier = place_order(user=user, total=1)
     award(earlier)
@@ -223,7 +210,7 @@ def test_inside_a_callers_transaction_the_award_uses_a_savepoint_and_leaves_the_
         assert credits_in_transaction()
         assert credit_balance(user_id=user.pk) == 8
     # Each award: a savepoint, the two statements in one round trip, the savepoint released (or rolled back to).
-    assert [statements(query) for query in queries.captured_queries] == [
+    assert [statement_heads(query["sql"]) for query in queries.captured_queries] == [
         ["SAVEPOINT"],
         ["UPDATE", "INSERT INTO `order_credits`"],
         ["RELEASE"],

@@ -19,7 +19,8 @@ from credits.models import DeadLetter, OrderCredit
 from credits.tasks import award_credits
 from credits.tests.support import place_order
 
-pytestmark = pytest.mark.django_db
+# Orders commit in their own transaction, as in production: no test case's transaction may hold them.
+pytestmark = pytest.mark.usefixtures("committed_db")
 
 
 def run(payload, *, task_id: str | None = None):
@@ -73,7 +74,6 @@ def test_a_failure_not_known_to_be_permanent_is_retried_the_configured_number_of
 
 
 # Waiting for the database closes its connection, as a worker does between tasks: no test transaction around it.
-@pytest.mark.django_db(transaction=True)
 def test_an_unreachable_database_spends_no_retry_and_makes_no_dead_letter(user, settings):
     """While the credits database is down the message waits, then goes back to the queue as it was."""
     _, payload = place_order(user=user)
@@ -94,7 +94,6 @@ def test_an_unreachable_database_spends_no_retry_and_makes_no_dead_letter(user, 
     assert sample("creditshop_credits_outage_requeues_total") == requeues_before + 1
 
 
-@pytest.mark.django_db(transaction=True)
 def test_an_award_interrupted_by_an_outage_completes_once_the_database_answers(user, monkeypatch):
     _, payload = place_order(user=user, total=4)
     outcomes = iter([DatabaseOperationalError(2013, "Lost connection (injected)")])

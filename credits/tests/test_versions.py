@@ -30,7 +30,8 @@ from credits.tasks import award_credits
 from credits.tests.support import broker_reset, place_order, publish, queue_take
 from orders.models import Order
 
-pytestmark = pytest.mark.django_db
+# Orders commit in their own transaction, as in production: no test case's transaction may hold them.
+pytestmark = pytest.mark.usefixtures("committed_db")
 
 V2_QUEUE = "credits.v2"
 

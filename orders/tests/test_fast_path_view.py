@@ -22,7 +22,8 @@ from orders import apis
 from orders.models import IdempotencyKey, Order
 from outbox.models import TransactionLog
 
-pytestmark = pytest.mark.django_db
+# Orders commit in their own transaction, as in production: no test case's transaction may hold them.
+pytestmark = pytest.mark.usefixtures("committed_db")
 
 URL = "/api/orders/"
 VALID = {"goods_name": "book", "total": 3}

@@ -7,7 +7,8 @@ import pytest
 from orders.services import order_create
 from outbox.models import TransactionLog
 
-pytestmark = pytest.mark.django_db
+# Orders commit in their own transaction, as in production: no test case's transaction may hold them.
+pytestmark = pytest.mark.usefixtures("committed_db")
 
 
 def message_of(order):

@@ -13,7 +13,8 @@ from orders.models import IdempotencyKey, Order
 from orders.services import idempotency_keys_purge, order_create
 from orders.tasks import purge_idempotency_keys
 
-pytestmark = pytest.mark.django_db
+# Orders commit in their own transaction, as in production: no test case's transaction may hold them.
+pytestmark = pytest.mark.usefixtures("committed_db")
 
 
 def keyed_orders(user, keys: list[str], *, age: timedelta) -> None:
