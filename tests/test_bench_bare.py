@@ -13,7 +13,7 @@ from outbox.models import TransactionLog
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 
-pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("_bare_urls")]
+pytestmark = pytest.mark.usefixtures("committed_db", "_bare_urls")
 
 
 @pytest.fixture
