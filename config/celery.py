@@ -10,7 +10,6 @@ import socket
 from celery import Celery, signals
 from kombu import Exchange, Queue
 
-from config.env import env_float, env_int
 from core.celery_publish import time_limits_left_to_workers
 from core.contract import (
     ANALYTICS_QUEUE,
@@ -21,6 +20,7 @@ from core.contract import (
     QUEUE_TYPE_QUORUM,
 )
 from core.credits_queues import credits_queues
+from core.env import env_float, env_int
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 

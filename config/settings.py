@@ -6,7 +6,6 @@ from pathlib import Path
 from celery.schedules import crontab
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import env_bool, env_choice, env_database, env_float, env_int, env_int_set, env_list, env_rate, env_str
 from core.contract import (
     PURGE_IDEMPOTENCY_KEYS_TASK,
     PURGE_PUBLISHED_TASK,
@@ -19,6 +18,7 @@ from core.contract import (
     SWEEP_TASK,
 )
 from core.deadlines import database_settings
+from core.env import env_bool, env_choice, env_database, env_float, env_int, env_int_set, env_list, env_rate, env_str
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from django.db import connections
 
-from config.env import env_int
+from core.env import env_int
 
 WEB, RELAY, WORKER, NIGHTLY, COMMAND = "web", "relay", "worker", "nightly", "command"
 

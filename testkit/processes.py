@@ -24,7 +24,7 @@ DATABASE_URL_VARIABLES = {"default": "DATABASE_URL", "credits": "CREDITS_DATABAS
 
 
 def mysql_url(*, host: str, port: int, name: str, user: str = "root", password: str = "") -> str:
-    """Return a DATABASE_URL-style URL, the user and password percent-encoded as config.env expects."""
+    """Return a DATABASE_URL-style URL, the user and password percent-encoded as core.env expects."""
     return f"mysql://{quote(user, safe='')}:{quote(password, safe='')}@{host}:{port}/{name}"
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from config import env
+from core import env
 
 ROOT = Path(__file__).resolve().parent.parent
 
