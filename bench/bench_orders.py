@@ -189,11 +189,11 @@ def measure_variant(pipeline: Pipeline, name: str, tokens: list[str], args: argp
     pipeline.use_relay(Path(args.before_dir) if name == "before-relay" else ROOT)
     gunicorn = start_gunicorn(PORT, workers=args.workers, threads=args.threads, code_dir=code_dir, **env)
     try:
-        run_wrk(tokens, 3)  # warm-up: connections opened, code paths hot
+        run_wrk(tokens, args.warm_up)  # warm-up: connections opened, code paths hot
         settled = pipeline.settle()
         pipeline.cpu.add("gunicorn", gunicorn.pid)
         idle_before = pipeline.cpu.snapshot()
-        time.sleep(IDLE_SECONDS)
+        time.sleep(args.idle)
         before = pipeline.cpu.snapshot()
         idle = HostCpu.per_operation(idle_before, before, 1)  # CPU ms spent over the idle window
         orders_before = pipeline.counts()[0]
@@ -218,13 +218,14 @@ def measure_variant(pipeline: Pipeline, name: str, tokens: list[str], args: argp
         orders_per_s_db=orders / wall,
         settled=settled,
         cpu_ms_per_order=HostCpu.per_operation(before, after, orders),
-        idle_cpu_percent={k: v / 10 / IDLE_SECONDS for k, v in idle.items()},
+        idle_cpu_percent={k: v / 10 / args.idle for k, v in idle.items()},
         connections_per_worker=placement[0] if placement else [],
     )
     return result
 
 
 IDLE_SECONDS = 3.0
+WARM_UP_SECONDS = 3
 PROCESSES = ("gunicorn", "mariadbd", "rabbitmq", "redis", "relay", "worker", "host")
 
 
@@ -325,6 +326,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds of ours and plain")
     parser.add_argument("--seconds", type=float, default=15)
+    parser.add_argument(
+        "--warm-up", type=int, default=WARM_UP_SECONDS, help="seconds of load before each measured run (wrk: whole)"
+    )
+    parser.add_argument(
+        "--idle", type=float, default=IDLE_SECONDS, help="seconds of the idle window read before each measured run"
+    )
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--users", type=int, default=100, help="tokens the requests rotate over")

@@ -32,8 +32,15 @@ BENCHES = {
     "bench_relay_wake": ["--rounds", "1", "--seconds", "2", "--variants", "ours"],
     "bench_tracing": ["--awards", "50", "--rounds", "1"],
     "bench_e2e": ["--rate", "20", "--seconds", "2", "--skip-baseline"],
-    "bench_orders": ["--rounds", "1", "--seconds", "2", "--variants", "ours,plain,bare"],
-    "bench_galera_writes": ["--orders", "20", "--rounds", "1", "--one-server-only"],
+    # Each variant serves from a gunicorn of its own, two workers booting faster than the deployed four; one second of
+    # load each (warm-up and run), over 20 users so the rate limit (20/s each) refuses none of what a second sends.
+    "bench_orders": [
+        *("--rounds", "1", "--seconds", "1", "--warm-up", "1", "--idle", "0.5", "--users", "20", "--workers", "2"),
+        *("--variants", "ours,plain,bare"),
+    ],
+    # Enough orders that each step's CPU spans clock ticks (10 ms): at 20, a step of about 0.5 ms per operation could
+    # read 0 and the bench's ratios divided by it.
+    "bench_galera_writes": ["--orders", "200", "--rounds", "1", "--one-server-only"],
 }
 
 

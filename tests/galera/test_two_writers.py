@@ -40,9 +40,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.
 
 ER_LOCK_DEADLOCK = 1213
 ORDERS = 5
-# Same-key pairs until this many were refused by certification (at most PAIRS): a wrong answer came within a few hundred
-# pairs while the hot writes committed inside their batch. GALERA_PAIRS and GALERA_CONFLICTS set a longer run
-# (docs/OPERATIONS.md, "A Galera cluster").
+# Same-key pairs until this many were refused by certification (at most PAIRS). With the hot writes committed inside
+# their batch (the fault these tests catch), award pairs went wrong at pairs 154, 172, 541 and 788 of 800 (one wrong
+# per about 106 refusals): 200 refusals meet it in about 85 runs of 100. Order pairs went wrong once in 800 pairs
+# (86 refused, at pair 265) and 3 times in 3,000: 1,000 pairs meet it in about 65 runs of 100. Fewer would prove less.
+# GALERA_PAIRS and GALERA_CONFLICTS set a longer run (docs/OPERATIONS.md, "A Galera cluster").
 PAIRS = int(os.environ.get("GALERA_PAIRS", "1000"))
 CONFLICTS = int(os.environ.get("GALERA_CONFLICTS", "200"))
 MANAGE = str(settings.BASE_DIR / "manage.py")
