@@ -8,6 +8,7 @@ OutboxRelayDown fires once a row has been due 12 s, nothing was published for 12
 """
 
 import signal
+import time
 
 import pytest
 from django.db.models import Max
@@ -40,7 +41,10 @@ ALERT_TIMEOUT_SECONDS = RELAY_DOWN_SECONDS + 60
 POLL_SECONDS = 1
 
 
-def test_the_relay_alert_fires_when_the_relay_stops_and_resolves_when_it_returns(transactional_db, user, tmp_path):
+def test_the_relay_alert_fires_when_the_relay_stops_and_resolves_when_it_returns(
+    transactional_db, user, tmp_path, capsys
+):
+    began = time.monotonic()
     token = api_token_create(user=user)[1]
     cluster = Cluster(
         service_env=service_env(),
@@ -81,6 +85,8 @@ def test_the_relay_alert_fires_when_the_relay_stops_and_resolves_when_it_returns
         assert prometheus.alert_state("OutboxRelayDown") is None
 
         cluster.kill("relay", signal.SIGTERM)
+        stopped = time.monotonic()
+        running_for = stopped - began
         placed_before = placed(ledger)
         wait_for(
             lambda: prometheus.alert_state("OutboxRelayDown") == "firing",
@@ -89,7 +95,7 @@ def test_the_relay_alert_fires_when_the_relay_stops_and_resolves_when_it_returns
             timeout=ALERT_TIMEOUT_SECONDS,
             interval=POLL_SECONDS,
         )
-        fired_at = timezone.now()
+        fired_at, fired_in = timezone.now(), time.monotonic() - stopped
         last_published = TransactionLog.objects.aggregate(last=Max("published_at"))["last"]
         assert prometheus.alert_state("OutboxOldestDueRowOld") in ("pending", "firing")
         (alert,) = [a for a in prometheus.alerts() if a["labels"]["alertname"] == "OutboxRelayDown"]
@@ -97,18 +103,27 @@ def test_the_relay_alert_fires_when_the_relay_stops_and_resolves_when_it_returns
         assert alert["annotations"]["runbook_url"] == "docs/OPERATIONS.md#outboxrelaydown"
 
         placed_while_down = placed(ledger) - placed_before
+        restarted = time.monotonic()
         cluster.start("relay")
         wait_for(
             lambda: prometheus.alert_state("OutboxRelayDown") is None,
             what="OutboxRelayDown resolved",
             interval=POLL_SECONDS,
         )
+        resolved_in = time.monotonic() - restarted
         orders.stop()
         order_ids = placed(ledger)
         # The alert read rows that were due: orders placed while the relay was down, credited once it returned.
         assert placed_while_down
         # No sooner than its scaled windows allow after the last publish: they are what Prometheus evaluated.
         silent_for = (fired_at - last_published).total_seconds()
+        with capsys.disabled():
+            print(
+                f"\nrelay stopped {running_for:.1f} s into the test (processes and Prometheus started, publishes and"
+                f" credits scraped); OutboxRelayDown firing {fired_in:.1f} s after the relay's stop,"
+                f" {silent_for:.1f} s after its last publish; resolved {resolved_in:.1f} s after its start;"
+                f" {len(order_ids)} orders, {len(placed_while_down)} placed while it was down"
+            )
         assert silent_for >= RELAY_DOWN_SECONDS - SCRAPE_SLACK_SECONDS, silent_for
         wait_until_credited(order_ids, timeout=120)
         assert OrderCredit.objects.filter(order_id__in=order_ids).count() == len(order_ids)
