@@ -6,12 +6,16 @@ The recipe, with Debian's `prometheus` package, readable as shell:
 
 Its config scrapes the given targets every second and evaluates deploy/prometheus/creditshop.rules.yml every
 second, with the scrape job, path and bearer-token authorization of deploy/prometheus/prometheus.yml: only the
-intervals and the targets differ from what production runs, never the rules.
+intervals and the targets differ from what production runs. With `time_scale` below 1 it loads a copy of the rules
+made from the shipped file by `scaled_rules`: the same rules and expressions, every duration in them multiplied, so a
+test sees an alert cross its windows in seconds; promtool's unit tests (tests/test_prometheus_rules.py) hold the
+shipped durations themselves.
 """
 
 from __future__ import annotations
 
 import contextlib
+import re
 import shutil
 import subprocess
 import tempfile
@@ -29,6 +33,65 @@ DEPLOY = ROOT / "deploy" / "prometheus"
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 START_TIMEOUT_SECONDS = 60.0
 
+DURATION_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+DURATION_UNITS_MS["y"] = 365 * DURATION_UNITS_MS["d"]
+DURATION = r"(?:\d+(?:ms|[smhdwy]))+"
+# A range or subquery selector: [5m], [1h:1m].
+RANGE = re.compile(rf"\[(?P<range>{DURATION})(?::(?P<step>{DURATION})?)?\]")
+# A series in seconds (a `_seconds` metric or a recording rule of one) compared with a number: the number is a
+# duration too (`creditshop:outbox_lag_seconds:max > 120`). Histogram bounds (le="5.0") are objectives, not windows.
+SECONDS_THRESHOLD = re.compile(
+    r"(?P<series>[\w:]*_seconds(?::\w+)?)(?P<op>\s*(?:>=|<=|>|<)\s*)(?P<value>\d+(?:\.\d+)?)\b"
+)
+
+
+def duration_ms(text: str) -> int:
+    """Return a Prometheus duration ("2m", "1h30m", "500ms") in milliseconds."""
+    parts = re.findall(r"(\d+)(ms|[smhdwy])", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise ValueError(f"not a Prometheus duration: {text!r}")
+    return sum(int(n) * DURATION_UNITS_MS[u] for n, u in parts)
+
+
+def scaled_duration(text: str, factor: float) -> str:
+    ms = round(duration_ms(text) * factor)
+    if ms < 1:
+        raise ValueError(f"{text} scaled by {factor} is under a millisecond")
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+def scaled_rules(text: str, factor: float) -> dict:
+    """Return the rule file `text` with every duration multiplied by `factor`: range and subquery windows, `for:`,
+    and the seconds a `_seconds` series is compared with. Names, labels, annotations and the expressions' form stay
+    as shipped."""
+
+    def scale_expr(expr: str) -> str:
+        expr = RANGE.sub(
+            lambda m: (
+                "["
+                + scaled_duration(m["range"], factor)
+                + (":" + scaled_duration(m["step"], factor) if m["step"] else (":" if ":" in m[0] else ""))
+                + "]"
+            ),
+            expr,
+        )
+        return SECONDS_THRESHOLD.sub(
+            lambda m: m["series"] + m["op"] + f"{float(m['value']) * factor:g}",
+            expr,
+        )
+
+    rules = yaml.safe_load(text)
+    for group in rules["groups"]:
+        if "interval" in group:
+            group["interval"] = scaled_duration(group["interval"], factor)
+        for rule in group["rules"]:
+            rule["expr"] = scale_expr(rule["expr"])
+            if "for" in rule:
+                rule["for"] = scaled_duration(rule["for"], factor)
+            if "keep_firing_for" in rule:
+                rule["keep_firing_for"] = scaled_duration(rule["keep_firing_for"], factor)
+    return rules
+
 
 @dataclass
 class PrometheusServer:
@@ -38,6 +101,8 @@ class PrometheusServer:
     targets: list[str]
     token: str
     interval_seconds: int = 1
+    # Every duration in the rules multiplied by this (scaled_rules); 1 loads the shipped files themselves.
+    time_scale: float = 1.0
     basedir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="creditshop-prometheus-")))
     process: subprocess.Popen | None = None
 
@@ -50,7 +115,8 @@ class PrometheusServer:
         config = yaml.safe_load((DEPLOY / "prometheus.yml").read_text())
         interval = f"{self.interval_seconds}s"
         config["global"] = {"scrape_interval": interval, "evaluation_interval": interval}
-        config["rule_files"] = [str(DEPLOY / name) for name in config["rule_files"]]
+        rules_dir = DEPLOY if self.time_scale == 1 else self.basedir
+        config["rule_files"] = [str(rules_dir / name) for name in config["rule_files"]]
         config.pop("alerting", None)
         (job,) = config["scrape_configs"]
         job.update(scheme="http", scrape_timeout=interval, static_configs=[{"targets": self.targets}])
@@ -59,7 +125,12 @@ class PrometheusServer:
 
     def start(self) -> None:
         (self.basedir / "token").write_text(self.token)
-        (self.basedir / "prometheus.yml").write_text(yaml.safe_dump(self.config()))
+        config = self.config()
+        if self.time_scale != 1:
+            for path in map(Path, config["rule_files"]):
+                rules = scaled_rules((DEPLOY / path.name).read_text(), self.time_scale)
+                path.write_text(yaml.safe_dump(rules, sort_keys=False))
+        (self.basedir / "prometheus.yml").write_text(yaml.safe_dump(config))
         with open(self.basedir / "prometheus.log", "ab") as log:
             self.process = subprocess.Popen(
                 [
