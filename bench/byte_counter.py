@@ -66,12 +66,13 @@ class ByteCounter:
         view = memoryview(buffer)
         try:
             while n := source.recv_into(buffer):
-                target.sendall(view[:n])
+                # Counted before it is passed on: whatever the client has read is in the count by then.
                 with self._lock:
                     if downstream:
                         self.received += n
                     else:
                         self.sent += n
+                target.sendall(view[:n])
         except OSError:
             pass
         finally:
