@@ -24,6 +24,8 @@ class Reconciliation:
     gave_up: int
     # Dead letters recorded for these orders: none of the injected faults is a message's fault.
     dead_letters: int = 0
+    # (user id, balance, sum of its credits) of each user whose balance is not the sum of its credits.
+    balance_differences: tuple = ()
 
     @property
     def ok(self) -> bool:
@@ -75,7 +77,7 @@ def reconcile(ledger: Ledger, user_ids: list[int]) -> Reconciliation:
             f" WHERE b.user_id IN ({placeholders}) GROUP BY b.user_id, b.balance"
         )
         cursor.execute(balance_sql, user_ids)
-        balance_mismatches = sum(1 for _, balance, entries in cursor.fetchall() if balance != entries)
+        balance_differences = tuple(row for row in cursor.fetchall() if row[1] != row[2])
         order_placeholders = ",".join(["%s"] * len(orders)) or "NULL"
         cursor.execute(
             f"SELECT COUNT(*) FROM credit_dead_letters WHERE order_id IN ({order_placeholders})",  # noqa: S608
@@ -94,7 +96,8 @@ def reconcile(ledger: Ledger, user_ids: list[int]) -> Reconciliation:
         missing_credits=len(set(orders) - set(credits)),
         duplicated_credits=sum(count - 1 for count, _ in credits.values()),
         wrong_amounts=sum(1 for oid, (_, total) in credits.items() if oid in orders and total != 2 * orders[oid]),
-        balance_mismatches=balance_mismatches,
+        balance_mismatches=len(balance_differences),
+        balance_differences=balance_differences,
         gave_up=ledger.gave_up,
         dead_letters=dead_letters,
     )
