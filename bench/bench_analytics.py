@@ -43,8 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-# Keep outbox rows "forever" for the checks: a 30-day history is older than the default 7-day retention, and the
-# bench must run every check on every day, as the SQL baseline does.
+# Outbox rows kept "forever": a 30-day history is older than the 7-day retention, and every day's checks need them.
 os.environ["OUTBOX_RETENTION_DAYS"] = "3650"
 
 import django  # noqa: E402
@@ -64,6 +63,7 @@ from bench.byte_counter import Relays  # noqa: E402
 from bench.proc_stats import ProcessSeen, ServerThreads, TreeSampler, gc_log_peaks, peak_rss_bytes  # noqa: E402
 from demo.plant import plant_inconsistencies  # noqa: E402
 from demo.seed import seed_demo_data  # noqa: E402
+from testkit.processes import database_url  # noqa: E402
 from testkit.spark_cluster import standalone_cluster  # noqa: E402
 
 # The tables a run reads or writes, per database alias (the analytics tables are the order service's database's).
@@ -171,8 +171,8 @@ def spark_run(
     """
     command = [sys.executable, str(ROOT / "manage.py"), "run_nightly_reports", "--date", str(end), "--days", str(days)]
     reads = {
-        "ANALYTICS_ORDERS_READ_URL": counters.url("default", os.environ["DATABASE_URL"]),
-        "ANALYTICS_CREDITS_READ_URL": counters.url("credits", os.environ["CREDITS_DATABASE_URL"]),
+        "ANALYTICS_ORDERS_READ_URL": counters.url("default", database_url("default")),
+        "ANALYTICS_CREDITS_READ_URL": counters.url("credits", database_url("credits")),
     }
     before = counters.received
     run, stdout = spark_process(
@@ -260,8 +260,8 @@ def baseline_run(end: date, days: int, counters: Relays) -> dict:
     command = [sys.executable, str(ROOT / "bench" / "analytics_baseline.py"), "--date", str(end), "--days", str(days)]
     env = {
         **os.environ,
-        "DATABASE_URL": counters.url("default", os.environ["DATABASE_URL"]),
-        "CREDITS_DATABASE_URL": counters.url("credits", os.environ["CREDITS_DATABASE_URL"]),
+        "DATABASE_URL": counters.url("default", database_url("default")),
+        "CREDITS_DATABASE_URL": counters.url("credits", database_url("credits")),
     }
     before = counters.received
     with server_threads() as database:
