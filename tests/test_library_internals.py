@@ -386,3 +386,15 @@ def test_pyspark_jvm_gateway():
 
     assert "_jvm" in vars(SparkContext)
     assert "self._jsc = " in inspect.getsource(SparkContext)
+
+
+@internal("django-testcase-teardown")
+def test_django_testcase_teardown():
+    from django.test import TransactionTestCase
+
+    from testkit import committed
+
+    # Every test case's teardown goes through the replaced method, the one its _post_teardown calls.
+    assert TransactionTestCase._fixture_teardown is committed._fixture_teardown
+    assert parameters(committed._flush) == ["self"] and "_fixture_teardown" in calls(TransactionTestCase._post_teardown)
+    assert parameters(TransactionTestCase._databases_names) == ["include_mirrors"]
