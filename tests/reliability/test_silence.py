@@ -29,9 +29,9 @@ from testkit.queues import purge_queues
 from testkit.reconcile import wait_for_credits
 from testkit.silence import SilentLink, iptables_available
 
-# Not `alone`, but for Redis' test: the databases' bounds are fixed waits (the web's 3 s read within 5 s, /healthz's
-# 1.5 s check within 2 s) plus a little work, which held with room (1.9 s and 0.38 s at the least) while another
-# cluster's test ran beside them.
+# Not `alone`, but for Redis' test and the credits database's: the orders database's bounds are fixed waits (the
+# web's 3 s read within 5 s, /healthz's 1.5 s check within 2 s) plus a little work, which held with room (1.9 s and
+# 0.38 s at the least) while another cluster's test ran beside them.
 pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(not iptables_available(), reason="needs iptables and root (scripts/setup.sh)"),
@@ -247,6 +247,8 @@ def test_the_orders_database_silent_every_request_is_answered_in_time_and_orders
     assert_nothing_lost_duplicated_or_dead(silence, user_ids, cluster)
 
 
+# Alone: its one failure so far (docs/RELIABILITY.md, "Open") came with other workers loading the cores.
+@pytest.mark.alone
 def test_the_credits_database_silent_orders_flow_and_the_consumers_resume_within_seconds_of_the_heal(
     cluster_through, make_user
 ):
