@@ -32,8 +32,11 @@ class NightlyRunFailed(Exception):
 
 
 def nightly_command(*, date: str | None = None, repair: bool = False) -> list[str]:
-    """Return the command line of one nightly run (default date: yesterday, decided by the command)."""
+    """Return the command line of one nightly run (default date: yesterday, decided by the command), at
+    ANALYTICS_RUN_NICENESS: nice(1) execs the command, so the SIGTERM forwarded to its pid reaches the command."""
     command = [sys.executable, str(settings.BASE_DIR / "manage.py"), "run_nightly_reports"]
+    if settings.ANALYTICS_RUN_NICENESS:
+        command = ["nice", "-n", str(settings.ANALYTICS_RUN_NICENESS), *command]
     if date:
         command += ["--date", date]
     if repair:

@@ -347,6 +347,9 @@ ANALYTICS_AUDIT_USERS = env_int("ANALYTICS_AUDIT_USERS", 100, minimum=0)
 ANALYTICS_NIGHTLY_HOUR = env_int("ANALYTICS_NIGHTLY_HOUR", 2, minimum=0, maximum=23)
 ANALYTICS_NIGHTLY_MINUTE = env_int("ANALYTICS_NIGHTLY_MINUTE", 0, minimum=0, maximum=59)
 ANALYTICS_RUN_TIMEOUT_SECONDS = env_int("ANALYTICS_RUN_TIMEOUT_SECONDS", 3 * 3600, minimum=60)
+# The run (and its Spark JVM) yields the cores to the order path on a host they share: a batch job may take longer,
+# an order may not. 0 runs it at the worker's own priority.
+ANALYTICS_RUN_NICENESS = env_int("ANALYTICS_RUN_NICENESS", 10, minimum=0, maximum=19)
 # The nightly Spark reports for yesterday (UTC); the task runs them in a subprocess, never in the worker.
 CELERY_BEAT_SCHEDULE[RUN_NIGHTLY_TASK] = {
     "task": RUN_NIGHTLY_TASK,
