@@ -19,6 +19,9 @@ from urllib.parse import quote, unquote, urlsplit
 # share one SparkSession (one JVM, warmed once) and the standalone cluster's fixed ports (testkit/spark_cluster.py).
 RABBITMQ_CLUSTER_GROUP = "rabbitmq-cluster"
 SPARK_GROUP = "spark"
+# Tests that start a pytest run of their own: every run stops at its start what any interrupted run left running,
+# so one test's run would stop the orphan another test planted for its own run to find.
+PYTEST_RUNS_GROUP = "pytest-runs"
 # The id pytest-xdist gives a worker process (gw0, gw1, ...); absent in a run without workers.
 WORKER_VARIABLE = "PYTEST_XDIST_WORKER"
 

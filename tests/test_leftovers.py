@@ -20,8 +20,9 @@ from testkit.galera_cluster import cluster_directory
 from testkit.harness import ROOT
 from testkit.processes import database_url, server_arguments
 from testkit.waiting import wait_for
+from testkit.workers import PYTEST_RUNS_GROUP
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group(PYTEST_RUNS_GROUP)]
 
 
 def sleeper(env: dict[str, str], **popen) -> subprocess.Popen:

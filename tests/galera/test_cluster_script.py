@@ -16,6 +16,7 @@ import pytest
 from testkit.galera_cluster import KEPT_LOGS, NODES, SCRIPT, cluster_directory
 from testkit.harness import ROOT
 from testkit.processes import DATABASE_URL_VARIABLES, cluster_script, database_url, server_arguments
+from testkit.workers import PYTEST_RUNS_GROUP
 
 pytestmark = pytest.mark.slow
 
@@ -169,6 +170,7 @@ def own_databases():
         server.close()
 
 
+@pytest.mark.xdist_group(PYTEST_RUNS_GROUP)
 def test_a_failed_test_of_the_package_keeps_the_clusters_logs_and_says_where(script_env, own_databases, tmp_path):
     """The one test here that starts a cluster (on ports of its own): the package fixture's teardown finds the
     failure and keeps the logs, and the failed test's report says where."""
