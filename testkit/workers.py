@@ -16,9 +16,12 @@ from urllib.parse import quote, unquote, urlsplit
 
 # Groups of tests that run on one worker, one after another (pytest-xdist's `xdist_group`, with --dist loadgroup):
 # those on the three-node RabbitMQ cluster's fixed ports (scripts/rabbitmq_cluster.sh), and the Spark tests, which
-# share one SparkSession (one JVM, warmed once) and the standalone cluster's fixed ports (testkit/spark_cluster.py).
+# share one SparkSession (one JVM, warmed once).
 RABBITMQ_CLUSTER_GROUP = "rabbitmq-cluster"
 SPARK_GROUP = "spark"
+# The tests that run the job as operators do, in processes of their own (a JVM each, none shared), and the standalone
+# cluster's fixed ports: a group of their own, so they run beside the shared session's tests, not after them.
+SPARK_PROCESSES_GROUP = "spark-processes"
 # Tests that start a pytest run of their own: every run stops at its start what any interrupted run left running,
 # so one test's run would stop the orphan another test planted for its own run to find.
 PYTEST_RUNS_GROUP = "pytest-runs"

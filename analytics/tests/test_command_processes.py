@@ -22,8 +22,14 @@ from demo.seed import seed_demo_data
 from orders.models import Order
 from testkit import spark_cluster
 from testkit.processes import database_url, service_env
+from testkit.workers import SPARK_PROCESSES_GROUP
 
-pytestmark = [pytest.mark.spark, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.slow,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.xdist_group(SPARK_PROCESSES_GROUP),
+]
 
 DAY = timezone.now().date() - timedelta(days=1)
 
