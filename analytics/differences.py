@@ -53,7 +53,8 @@ def extract_differences(
         for name in ("orders_per_user", "credits_per_user_day", "new_users", "latency"):
             setattr(aggregates, name, getattr(aggregates, name).cache())
         orders_per_user = aggregates.orders_per_user
-        credits_sql = segment_sql.credits_per_user(span.low, span.high)
+        from_key = segments.credits_scan_start(sources.credits, span, period)
+        credits_sql = segment_sql.credits_per_user(span.low, span.high, from_key)
         credits_per_user = segments.read_sql(spark, sources.credits, credits_sql).cache()
         compared = segments.compare_users(orders_per_user, credits_per_user).cache()
         audited = segments.audit_sample(compared, k=k, seed=segments.audit_seed(period)).cache()
@@ -73,6 +74,7 @@ def extract_differences(
             users=counted["users"],
             audited=counted["audited"],
             users_fetched=counted["fetched"],
+            credits_read="by key" if from_key is not None else "by order id",
         )
     with progress.stage("extract: compare outbox ranges") as facts:
         leaves = segments.bisect_outbox(spark, sources.orders, span, facts)

@@ -29,6 +29,9 @@ UNPUBLISHED = (TransactionLog.Status.PENDING.value, TransactionLog.Status.DEAD.v
 # A foreign_key the range comparison covers: a decimal without leading zeros, short enough for BIGINT; any other
 # text is fetched as a row (analytics.checks reports it as log_without_order).
 _CANONICAL_KEY = "^[1-9][0-9]{0,17}$"
+# The per-user aggregates have as many groups as the period has users: grouping by a sort of the rows costs the
+# server less than its in-memory temporary table does at that many groups (MariaDB picks the table unless told).
+MANY_GROUPS = "SQL_BIG_RESULT"
 
 
 def _columns(model, *names: str) -> dict[str, str]:
@@ -120,26 +123,42 @@ def orders_per_user(low: int, high: int) -> str:
     checksum = exact_sum(row_hash(pair(o["id"], f"2 * {o['total']}")))
     dated = exact_sum(row_hash(pair(o["id"], micros(o["created_at"]))))
     return (
-        f"SELECT {o['user_id']} AS user_id, DATE({o['created_at']}) AS date, COUNT(*) AS `rows`, "  # noqa: S608
+        f"SELECT {MANY_GROUPS} {o['user_id']} AS user_id, DATE({o['created_at']}) AS date, COUNT(*) AS `rows`, "  # noqa: S608
         f"CAST(SUM(2 * {o['total']}) AS SIGNED) AS amount, {checksum} AS checksum, {dated} AS dated "
         f"FROM {t.orders} WHERE {between(o['id'], low, high)} "
         f"GROUP BY {o['user_id']}, DATE({o['created_at']})"
     )
 
 
-def credits_per_user(low: int, high: int) -> str:
+def credits_per_user(low: int, high: int, from_key: int | None = None) -> str:
     """Per user, the credits of orders with ids in [low, high] wherever in time: count, amount, hashes, and how
     many carry ordered_at (their dated hash pairs with the orders' only when all of a user's credits do).
+
+    With `from_key` (a credit key below every credit of those orders, analytics.segments.credits_scan_start), the
+    credits are read along the primary key from there, in order, instead of one by one through the order_id index.
     """
     t = tables()
     c = t.credit
     checksum = exact_sum(row_hash(pair(c["order_id"], c["amount"])))
     dated = exact_sum(row_hash(pair(c["order_id"], micros(c["ordered_at"]))))
+    source = f"{t.credits} WHERE "
+    if from_key is not None:
+        source = f"{t.credits} FORCE INDEX (PRIMARY) WHERE {c['id']} >= {int(from_key)} AND "
     return (
-        f"SELECT {c['user_id']} AS user_id, COUNT(*) AS `rows`, "  # noqa: S608
+        f"SELECT {MANY_GROUPS} {c['user_id']} AS user_id, COUNT(*) AS `rows`, "  # noqa: S608
         f"CAST(SUM({c['amount']}) AS SIGNED) AS amount, {checksum} AS checksum, "
         f"COUNT({c['ordered_at']}) AS dated_rows, {dated} AS dated "
-        f"FROM {t.credits} WHERE {between(c['order_id'], low, high)} GROUP BY {c['user_id']}"
+        f"FROM {source}{between(c['order_id'], low, high)} GROUP BY {c['user_id']}"
+    )
+
+
+def credit_keys_since(since: datetime) -> str:
+    """The key of the first credit written at or after `since` (one step of the created_at index), and the last key."""
+    t = tables()
+    c = t.credit
+    return (
+        f"SELECT (SELECT {c['id']} FROM {t.credits} WHERE {c['created_at']} >= {ts(since)} "  # noqa: S608
+        f"ORDER BY {c['created_at']}, {c['id']} LIMIT 1), (SELECT MAX({c['id']}) FROM {t.credits})"
     )
 
 
@@ -148,7 +167,7 @@ def credits_per_user_day(start: datetime, end: datetime, keys: tuple | None = No
     t = tables()
     c = t.credit
     return (
-        f"SELECT DATE({c['created_at']}) AS date, {c['user_id']} AS user_id, "  # noqa: S608
+        f"SELECT {MANY_GROUPS} DATE({c['created_at']}) AS date, {c['user_id']} AS user_id, "  # noqa: S608
         f"COUNT(*) AS credits_awarded, CAST(SUM({c['amount']}) AS SIGNED) AS credits_total "
         f"FROM {t.credits} WHERE {keys_within(c['id'], keys)}{in_window(c['created_at'], start, end)} "
         f"GROUP BY DATE({c['created_at']}), {c['user_id']}"

@@ -15,7 +15,9 @@ import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 
+from django.db import connections
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
@@ -30,6 +32,12 @@ FANOUT = 32
 LEAF = 256
 # Ranges (of users, of leaves) kept at most: beyond, the ranges widen (more rows fetched, never more driver memory).
 MAX_RANGES = 10_000
+# How long before the period a credit of its orders can have been written: an order's id and its created_at are
+# taken a moment apart, so ids near midnight may cross it; far more than any transaction lasts.
+CREDIT_KEY_MARGIN = timedelta(hours=1)
+# Credits read along the primary key per credit of the span, at most, for that read to be chosen over looking each
+# one up through the order_id index: a row read in key order costs the server a fraction of a look-up.
+KEY_SCAN_ROWS_PER_CREDIT = 3
 
 
 @dataclass
@@ -66,6 +74,24 @@ def span_of(plan: extract.WindowPlan) -> Span:
     if plan.orders.lower is None:
         return Span(0, -1, **keys)
     return Span(int(plan.orders.lower), int(plan.orders.upper), **keys)
+
+
+def credits_scan_start(source: jdbc.JdbcSource, span: Span, period: Period) -> int | None:
+    """The credit key from which the credits of the span's orders are read in key order, or None to look them up
+    through the order_id index: when the credits written since the period began are few enough (a run for last
+    night; a rerun of a day long past reads the span's credits one by one instead).
+
+    Every credit of an order in the span was written after the period began (less CREDIT_KEY_MARGIN), so its key is
+    at least the first key written since then. A credit this misses could only make its user disagree and be fetched.
+    """
+    if span.low > span.high:
+        return None
+    with connections[source.alias].cursor() as cursor:
+        cursor.execute(segment_sql.credit_keys_since(period.start - CREDIT_KEY_MARGIN))
+        first, last = cursor.fetchone()
+    if first is None or last - first + 1 > KEY_SCAN_ROWS_PER_CREDIT * (span.high - span.low + 1):
+        return None
+    return int(first)
 
 
 def read_aggregates(spark: SparkSession, sources: jdbc.Sources, span: Span, period: Period) -> Aggregates:

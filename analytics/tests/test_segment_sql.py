@@ -6,13 +6,15 @@ fails here, not at night).
 """
 
 import zlib
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 import pytest
 from django.db import connections, router
 
-from analytics import segment_sql
+from analytics import jdbc, segment_sql, segments
+from analytics.period import Period
 from credits.models import OrderCredit
+from demo.seed import seed_demo_data
 from orders.models import Order
 from outbox.models import TransactionLog
 
@@ -30,6 +32,7 @@ def run(model, sql: str) -> list:
 QUERIES = {
     "orders per user": (Order, lambda: segment_sql.orders_per_user(1, 10)),
     "credits per user": (OrderCredit, lambda: segment_sql.credits_per_user(1, 10)),
+    "credits per user by key": (OrderCredit, lambda: segment_sql.credits_per_user(1, 10, from_key=3)),
     "credits per user and day": (OrderCredit, lambda: segment_sql.credits_per_user_day(START, END, (1, 5))),
     "latency histogram": (OrderCredit, lambda: segment_sql.latency_histogram(START, END, (1, 5))),
     "new users per day": (Order, lambda: segment_sql.new_users_per_day(1, START, END)),
@@ -93,3 +96,32 @@ def test_a_key_span_narrows_a_scan_by_time_to_a_key_range():
     # Keys of no known shape, or an empty period, narrow nothing (the time condition alone decides).
     assert segment_sql.keys_within("id", ("legacy'", "x")) == ""
     assert segment_sql.keys_within("id", (None, None)) == "" == segment_sql.keys_within("id", None)
+
+
+def test_the_span_s_credits_read_in_key_order_are_those_the_order_id_index_finds(committed_db, monkeypatch):
+    # The seed commits on connections of its own.
+    day = date(2026, 11, 20)
+    seed_demo_data(orders=300, days=3, users=15, end=day, seed=5)
+    source = jdbc.jdbc_source(router.db_for_read(OrderCredit))
+
+    def span_of(period: Period) -> segments.Span:
+        ids = Order.objects.filter(created_at__gte=period.start, created_at__lt=period.end).values_list("id", flat=True)
+        return segments.Span(min(ids), max(ids))
+
+    last_night, span = Period.ending(day), span_of(Period.ending(day))
+    from_key = segments.credits_scan_start(source, span, last_night)
+    # The earlier days' credits are not read; the span's are, whichever way.
+    assert OrderCredit.objects.filter(id__lt=from_key).count() > 100
+    by_key = run(OrderCredit, segment_sql.credits_per_user(span.low, span.high, from_key))
+    assert sorted(by_key) == sorted(run(OrderCredit, segment_sql.credits_per_user(span.low, span.high)))
+    assert sum(row[1] for row in by_key) == OrderCredit.objects.filter(order_id__range=(span.low, span.high)).count()
+
+    # A rerun of the first day, with the two days after it written since: too many credits to read for its span.
+    first_day = Period.ending(date(2026, 11, 18))
+    monkeypatch.setattr(segments, "KEY_SCAN_ROWS_PER_CREDIT", 2)
+    assert segments.credits_scan_start(source, span_of(first_day), first_day) is None
+    assert segments.credits_scan_start(source, segments.Span(0, -1), last_night) is None
+
+
+def test_the_first_credit_key_since_an_instant():
+    assert run(OrderCredit, segment_sql.credit_keys_since(START)) == [(None, None)]

@@ -20,7 +20,8 @@ from accounts.services import api_token_create
 from testkit.load import LATENCY_NOISE_FACTOR, Ledger, OrderStream
 from testkit.reconcile import wait_for_credits
 
-pytestmark = pytest.mark.slow
+# Its p99 bounds are timings: other workers' load broke them once (an order p99 of 297 ms beside a first pass).
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 RATE = 20  # orders per second, across all clients
 P99_LIMIT_SECONDS = 0.250
