@@ -35,6 +35,7 @@ KINDS = (
     ("web (gunicorn)", lambda name, line: "gunicorn" in line),
     ("celery", lambda name, line: "celery" in line),
     ("nightly command (python)", lambda name, line: "run_nightly_reports" in line),
+    ("spark python workers", lambda name, line: "pyspark.daemon" in line or "pyspark.worker" in line),
     ("bench scripts", lambda name, line: "bench/" in line),
     ("pytest", lambda name, line: "pytest" in line or "execnet" in line or "exec(eval(" in line),
     ("browser", lambda name, line: "chrom" in name),
@@ -43,6 +44,9 @@ KINDS = (
 
 
 SHARED_KINDS = ("mariadb", "rabbitmq", "redis")
+# The kinds no pattern names, whose costliest command lines are listed so a new pattern can be added.
+UNNAMED_KINDS = ("other", "other python")
+TOP_UNNAMED = 8
 
 
 def kind_of(name: str, line: str, *, shared: bool) -> str:
@@ -88,13 +92,17 @@ def measure(command: list[str]) -> tuple[int, dict]:
     sampler.join()
     last.update(snapshot())
     spent: dict[str, float] = defaultdict(float)
+    unnamed: dict[str, float] = defaultdict(float)
     for (pid, start), (name, line, cpu) in last.items():
         first = before.get((pid, start))
         kind = "this sampler" if pid == os.getpid() else kind_of(name, line, shared=first is not None)
         spent[kind] += cpu - (first[2] if first else 0.0)
+        if kind in UNNAMED_KINDS:
+            unnamed[line[:120] or name] += cpu - (first[2] if first else 0.0)
     busy, wall = host_busy_seconds() - busy_before, time.monotonic() - started
     spent["not sampled (short-lived or last interval)"] = max(0.0, busy - sum(spent.values()))
-    return code, {"wall_seconds": wall, "host_busy_cpu_seconds": busy, "per_kind": dict(spent)}
+    top = dict(sorted(unnamed.items(), key=lambda item: -item[1])[:TOP_UNNAMED])
+    return code, {"wall_seconds": wall, "host_busy_cpu_seconds": busy, "per_kind": dict(spent), "top_unnamed": top}
 
 
 def main() -> int:
@@ -113,6 +121,9 @@ def main() -> int:
     )
     for kind, seconds in sorted(result["per_kind"].items(), key=lambda item: -item[1]):
         print(f"  {seconds:8.1f} CPU-s  {seconds / max(result['host_busy_cpu_seconds'], 1e-9):6.1%}  {kind}")
+    print("costliest command lines of no named kind:")
+    for line, seconds in result["top_unnamed"].items():
+        print(f"  {seconds:8.1f} CPU-s  {line}")
     if args.json:
         args.json.write_text(json.dumps({"command": command, "exit_code": code, **result}, indent=2) + "\n")
     return code

@@ -15,6 +15,8 @@ def test_a_childs_cpu_is_charged_to_its_kind_and_the_host_busy_time_covers_it():
     assert result["per_kind"]["other python"] >= 0.5
     assert result["host_busy_cpu_seconds"] >= result["per_kind"]["other python"]
     assert result["wall_seconds"] >= 2.0
+    # Charged to no named kind, its command line is listed.
+    assert any(line.startswith(sys.executable) for line in result["top_unnamed"])
 
 
 def test_kinds_tell_the_machines_services_from_those_the_command_started():
