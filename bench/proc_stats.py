@@ -31,7 +31,7 @@ def _stat_fields(path: Path) -> list[str] | None:
         return None
 
 
-def _stat_name_and_fields(path: Path) -> tuple[str, list[str]] | None:
+def stat_name_and_fields(path: Path) -> tuple[str, list[str]] | None:
     """Return the command name of a /proc stat file and the fields after it, or None if it is gone."""
     try:
         name, rest = path.read_text().split("(", 1)[1].rsplit(")", 1)
@@ -126,7 +126,7 @@ class TreeSampler:
         parents: dict[int, int] = {}
         stats: dict[int, tuple[str, list[str]]] = {}
         for entry in Path("/proc").iterdir():
-            if entry.name.isdigit() and (found := _stat_name_and_fields(entry / "stat")) is not None:
+            if entry.name.isdigit() and (found := stat_name_and_fields(entry / "stat")) is not None:
                 parents[int(entry.name)] = int(found[1][1])
                 stats[int(entry.name)] = found
         for pid, (name, stat) in stats.items():

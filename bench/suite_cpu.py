@@ -23,7 +23,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.common import host_busy_seconds  # noqa: E402
-from bench.proc_stats import CLOCK_TICKS  # noqa: E402
+from bench.proc_stats import command_line, cpu_seconds, stat_name_and_fields  # noqa: E402
 
 SAMPLE_SECONDS = 1.0
 # (kind, test on the command name and the command line), the first that matches wins.
@@ -61,16 +61,9 @@ def snapshot() -> dict[tuple[int, str], tuple[str, str, float]]:
     """Return, per live process (pid and start time), its command name and line and its CPU seconds so far."""
     seen = {}
     for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            name, rest = (entry / "stat").read_text().split("(", 1)[1].rsplit(")", 1)
-            line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-        except (OSError, ValueError):
-            continue  # gone meanwhile
-        fields = rest.split()
-        cpu = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
-        seen[(int(entry.name), fields[19])] = (name, line, cpu)
+        if entry.name.isdigit() and (found := stat_name_and_fields(entry / "stat")) is not None:
+            name, fields = found
+            seen[(int(entry.name), fields[19])] = (name, command_line(int(entry.name)), cpu_seconds(fields))
     return seen
 
 
