@@ -98,10 +98,10 @@ def test_a_key_span_narrows_a_scan_by_time_to_a_key_range():
     assert segment_sql.keys_within("id", (None, None)) == "" == segment_sql.keys_within("id", None)
 
 
-def test_the_span_s_credits_read_in_key_order_are_those_the_order_id_index_finds(committed_db, monkeypatch):
+def test_the_span_s_credits_read_in_key_order_are_those_the_order_id_index_finds(committed_db):
     # The seed commits on connections of its own.
     day = date(2026, 11, 20)
-    seed_demo_data(orders=300, days=3, users=15, end=day, seed=5)
+    seed_demo_data(orders=300, days=5, users=15, end=day, seed=5)
     source = jdbc.jdbc_source(router.db_for_read(OrderCredit))
 
     def span_of(period: Period) -> segments.Span:
@@ -116,10 +116,13 @@ def test_the_span_s_credits_read_in_key_order_are_those_the_order_id_index_finds
     assert sorted(by_key) == sorted(run(OrderCredit, segment_sql.credits_per_user(span.low, span.high)))
     assert sum(row[1] for row in by_key) == OrderCredit.objects.filter(order_id__range=(span.low, span.high)).count()
 
-    # A rerun of the first day, with the two days after it written since: too many credits to read for its span.
-    first_day = Period.ending(date(2026, 11, 18))
-    monkeypatch.setattr(segments, "KEY_SCAN_ROWS_PER_CREDIT", 2)
-    assert segments.credits_scan_start(source, span_of(first_day), first_day) is None
+    # A rerun of the first day, with the four days after it written since: more credits to read than its span's
+    # KEY_SCAN_ROWS_PER_CREDIT times over, so they are looked up by order id.
+    first_day = Period.ending(date(2026, 11, 16))
+    first_span = span_of(first_day)
+    since_first_day = OrderCredit.objects.filter(created_at__gte=first_day.start - segments.CREDIT_KEY_MARGIN).count()
+    assert since_first_day > segments.KEY_SCAN_ROWS_PER_CREDIT * (first_span.high - first_span.low + 1)
+    assert segments.credits_scan_start(source, first_span, first_day) is None
     assert segments.credits_scan_start(source, segments.Span(0, -1), last_night) is None
 
 
