@@ -17,16 +17,25 @@ PY=.venv/bin/python
 PGID_FILE="$RUN_DIR/demo.pgids"
 
 group_alive() { kill -0 -- "-$1" 2>/dev/null; }
-stop_groups() {  # pgid...: TERM each group, wait up to 7 s, then KILL what is left
-  local pgid
-  for pgid in "$@"; do kill -TERM -- "-$pgid" 2>/dev/null || true; done
-  for _ in $(seq 70); do
-    local alive=0
+await_groups() {  # tenths pgid...: wait up to that long for every group to be gone; fail if one is left
+  local tenths=$1 pgid alive
+  shift
+  for _ in $(seq "$tenths"); do
+    alive=0
     for pgid in "$@"; do group_alive "$pgid" && alive=1; done
     [ "$alive" -eq 0 ] && return 0
     sleep 0.1
   done
+  return 1
+}
+stop_groups() {  # pgid...: TERM each group, wait up to 7 s, then KILL what is left and wait until it is gone
+  local pgid
+  for pgid in "$@"; do kill -TERM -- "-$pgid" 2>/dev/null || true; done
+  await_groups 70 "$@" && return 0
   for pgid in "$@"; do kill -KILL -- "-$pgid" 2>/dev/null || true; done
+  # SIGKILL is delivered at once, but a process is gone only when the kernel has freed it (a large JVM takes a
+  # moment) and its parent, this shell, has reaped it.
+  await_groups 30 "$@" || true
 }
 
 if [ -f "$PGID_FILE" ]; then

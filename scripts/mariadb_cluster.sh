@@ -77,6 +77,8 @@ datadir=$node_dir/data
 bind-address=$ip
 port=$((BASE_PORT + n))
 socket=$node_dir/mysqld.sock
+# A tmpdir of its own: a starting mariadbd deletes every #sql* file in its tmpdir, another server's too.
+tmpdir=$node_dir/tmp
 pid-file=$node_dir/mysqld.pid
 log-error=$node_dir/error.log
 $([ "$(id -u)" -eq 0 ] && echo "user=$RUN_AS")
@@ -221,9 +223,11 @@ start_node() {
     echo "gal$n already running (pid $(node_pid "$dir" "$n"))"
     return
   fi
-  mkdir -p "$node_dir/data"
+  mkdir -p "$node_dir/data" "$node_dir/tmp"
+  [ "$(id -u)" -eq 0 ] && chown "$RUN_AS:" "$node_dir/tmp"
   if [ -n "$bootstrap" ] && [ ! -d "$node_dir/data/mysql" ]; then
-    mariadb-install-db --no-defaults --datadir="$node_dir/data" --auth-root-authentication-method=normal \
+    mariadb-install-db --no-defaults --datadir="$node_dir/data" --tmpdir="$node_dir/tmp" \
+      --auth-root-authentication-method=normal \
       --skip-test-db $([ "$(id -u)" -eq 0 ] && echo "--user=$RUN_AS") >"$node_dir/install.log" 2>&1 \
       || { echo "gal$n: mariadb-install-db failed; see $node_dir/install.log" >&2; exit 1; }
   fi

@@ -9,6 +9,10 @@ The recipe, from the installed Debian package (mariadb-server), readable as shel
 defaults of DATABASE_URL; grants are real (no --skip-grant-tables), so per-process users work as in production.
 A fault stops the server as a crash would (SIGKILL) and starts it again on the same data directory: InnoDB
 recovers every committed transaction, and clients see refused connections meanwhile.
+
+Each server has a temporary directory of its own (--tmpdir, for install and start alike): a starting mariadbd
+deletes every `#sql*` file in its tmpdir, so servers sharing /tmp delete each other's temporary tables, and a
+bootstrap in progress fails ("Error on delete of '/tmp/#sql-temptable-...'").
 """
 
 from __future__ import annotations
@@ -46,6 +50,10 @@ class MariaDBServer:
         return self.basedir / "data"
 
     @property
+    def tmpdir(self) -> Path:
+        return self.basedir / "tmp"
+
+    @property
     def error_log(self) -> Path:
         return self.basedir / "error.log"
 
@@ -59,10 +67,12 @@ class MariaDBServer:
 
     def install(self) -> None:
         """Create the system tables in an empty data directory (a few seconds)."""
+        self.tmpdir.mkdir(parents=True, exist_ok=True)
         command = [
             INSTALL_DB,
             "--no-defaults",
             f"--datadir={self.datadir}",
+            f"--tmpdir={self.tmpdir}",  # passed on to the bootstrap server
             "--auth-root-authentication-method=normal",
             "--skip-test-db",
             *self._run_as(),
@@ -78,6 +88,7 @@ class MariaDBServer:
             MARIADBD,
             "--no-defaults",
             f"--datadir={self.datadir}",
+            f"--tmpdir={self.tmpdir}",
             f"--port={self.port}",
             "--bind-address=127.0.0.1",
             # Unix socket paths are limited to 107 bytes; basedir comes from mkdtemp, so this one is short.

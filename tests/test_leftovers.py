@@ -111,7 +111,8 @@ def mariadbd(directory: Path, env: dict[str, str]) -> subprocess.Popen:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "my.cnf").write_text(
         "[mysqld]\n"
-        f"datadir={directory / 'data'}\nsocket={directory / 'mysqld.sock'}\nlog-error={directory / 'error.log'}\n"
+        f"datadir={directory / 'data'}\ntmpdir={directory}\nsocket={directory / 'mysqld.sock'}\n"
+        f"log-error={directory / 'error.log'}\n"
         "skip-networking\nskip-grant-tables\ninnodb-buffer-pool-size=8M\ninnodb-log-file-size=4M\n"
         + ("user=mysql\n" if os.getuid() == 0 else "")
     )

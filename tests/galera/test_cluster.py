@@ -87,6 +87,19 @@ def test_status_counts_the_primary_component_and_the_endpoint_has_one_writer(clu
     assert names == {f"gal{writer}"}
 
 
+def test_every_node_has_a_tmpdir_of_its_own(cluster):
+    """A starting mariadbd deletes every #sql* file in its tmpdir: in a shared /tmp, another server's temporary tables
+    and a bootstrap in progress."""
+    for node in NODES:
+        connection = cluster.connect(node)
+        try:
+            cursor = connection.cursor()
+            cursor.execute("SELECT @@tmpdir")
+            assert cursor.fetchone()[0] == str(cluster.directory / f"gal{node}" / "tmp")
+        finally:
+            connection.close()
+
+
 def test_start_again_finds_its_own_nodes_and_endpoint_running_and_is_not_refused_by_them(cluster):
     writer = cluster.writer()
 
