@@ -104,7 +104,7 @@ def test_nothing_lost_or_doubled_when_broker_nodes_fail(rabbitmq_cluster, servic
         # Every process was connected to cs1, the first URL; credits keep coming only if they all failed over. The
         # relay and the workers reconnect at once, but the broker nacks what is published to `credits` until the
         # surviving members have elected a new leader: usually a second or two, up to about 10 s on a loaded 2-core
-        # machine, more while the workers' consumers restart. Watched for up to WHILE_DOWN_SECONDS, while cs1 stays down.
+        # machine, more while the workers' consumers restart. Watched for up to WHILE_DOWN_SECONDS while cs1 stays down.
         awarded_early, watched = credits_awarded(user_ids), time.monotonic()
         awarded_while_down = 0
         while awarded_while_down <= RATE and time.monotonic() - watched < WHILE_DOWN_SECONDS:
