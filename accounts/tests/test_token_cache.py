@@ -183,6 +183,16 @@ def throttle(settings):
     return OrderThrottle()
 
 
+def test_a_server_new_to_the_script_costs_its_load_and_is_counted_as_one_round_trip(token, user, throttle, monkeypatch):
+    """What a restarted Redis answers the first EVALSHA (NOSCRIPT): redis-py loads the script and sends it again."""
+    redis = RedisCommands(monkeypatch)
+    authentication.token_by_key_counted(token, throttle)
+    caches["default"]._cache.get_client(write=True).script_flush()
+
+    assert redis.during(lambda: authentication.token_by_key_counted(token, throttle)) == ["EVALSHA"]
+    assert redis.sent == ["EVALSHA", "SCRIPT LOAD", "EVALSHA"]
+
+
 def test_a_known_token_and_its_users_count_come_in_one_round_trip(token, user, throttle, monkeypatch):
     redis = RedisCommands(monkeypatch)
 
