@@ -108,8 +108,8 @@ def shared_client(cache, *, write: bool = False):
     """Return the redis-py client kept per Django Redis cache backend, for reads or for writes.
 
     Django's RedisCache builds a new redis-py client for every command, which copies the client's ~170 response
-    callbacks: about a fifth of a cached API token look-up (bench/bench_auth.py), and 9% of a loaded gunicorn
-    worker's CPU per order for the throttle's script (bench_orders.py). The client shares the backend's connection
+    callbacks: work on every cached API token look-up and every throttle count, both on each order's path
+    (bench/bench_auth.py and bench_orders.py measure them). The client shares the backend's connection
     pool (the same one get_client picks), so nothing else changes; it is thread-safe, as the pool is; a race builds
     two and keeps one.
     """

@@ -7,9 +7,9 @@ the run then unpacks it without a second parse. The accepted content types were 
 
 It also hands the task's context the message's own headers (``request.headers``: those Celery does not know, such as
 the relay's creation time and trace context), which the context would otherwise work out on every run by building
-the set of every key Celery knows and removing each from a copy of the request (about 2% of a credit award's worker
-CPU). Here the set is built once and the headers picked in one pass; a message that names its headers
-itself (a ``headers`` key) keeps them, as the context would.
+the set of every key Celery knows and removing each from a copy of the request, on every award. Here the set is
+built once and the headers picked in one pass; a message that names its headers itself (a ``headers`` key) keeps
+them, as the context would.
 Opt in per task: ``@shared_task(Request="core.celery_request:DecodedOnceRequest")``.
 """
 

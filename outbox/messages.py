@@ -19,8 +19,8 @@ _TEMPLATE_ID = "template"
 # parent, stamps or shadow name) each holds what a worker does without it: no value, [None, None], {} or 0; the root
 # id is the task id, which Celery falls back to; ignore_result False, where absent means the task's own setting
 # (results are ignored and there is no result backend, so nothing is stored either way); lang, which workers never
-# read. py-amqp decodes every header of every message in Python: these thirteen cost about 5% of a worker's CPU
-# per award (docs/PERFORMANCE.md). A message with or without them runs the same on any worker of this
+# read. py-amqp decodes every header of every message in Python, on every award, so a header that says nothing is
+# work for each worker (docs/PERFORMANCE.md). A message with or without them runs the same on any worker of this
 # Celery version (outbox/tests/test_messages.py), so relays and workers old and new mix. Kept: task and id
 # (required), retries, origin and the argument summaries (for people reading credits.dead or `celery inspect`), and
 # this project's own headers.

@@ -84,31 +84,6 @@ def test_the_job_runs_on_a_standalone_cluster(standalone_cluster, tmp_path):
     assert any((tmp_path / "work").iterdir())
 
 
-def test_violations_exit_zero_and_a_failed_job_exits_non_zero(tmp_path):
-    seed_demo_data(orders=200, days=1, users=10, end=DAY, seed=22)
-    with connections["credits"].cursor() as cursor:
-        cursor.execute("DELETE FROM order_credits ORDER BY id LIMIT 3")
-
-    found = run_command(command_env(tmp_path, SPARK_MASTER="local[2]"), "--date", str(DAY))
-    assert found.returncode == 0, found.stderr[-3000:]
-    assert f"{DAY}: 3 violations (missing_credit=3)" in found.stdout
-    assert "[5/8] look-ups outside the window done" in found.stdout  # per-stage progress
-    # Spark's own start-up chatter stays out unless asked for (-v 2).
-    assert "native-hadoop" not in found.stderr and "log4j profile" not in found.stderr, found.stderr[-3000:]
-    assert "Using incubator modules" not in found.stderr, found.stderr[-3000:]
-
-    broken = run_command(
-        command_env(tmp_path, SPARK_MASTER="local[2]", SPARK_JDBC_JAR=str(tmp_path / "missing.jar")),
-        "--date",
-        str(DAY),
-    )
-    assert broken.returncode == 1
-    assert "nightly run failed" in broken.stderr
-    failed = NightlyRun.objects.order_by("-id").first()
-    assert (failed.status, failed.stage) == ("failed", "extract: compare users in the databases")
-    assert "ClassNotFoundException" in failed.error or "Driver" in failed.error
-
-
 @pytest.fixture
 def one_database():
     """The URL of a new empty database for both services, as a small install has; dropped afterwards."""
@@ -123,8 +98,9 @@ def one_database():
             cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
 
 
-def test_both_services_in_one_database(one_database, tmp_path):
-    """Both URLs name one database: migrate each alias, seed with planted faults, and the run finds exactly those."""
+def test_in_one_database_the_planted_faults_exit_zero_and_a_failed_job_exits_non_zero(one_database, tmp_path):
+    """Both URLs name one database, as a small install has: migrate each alias and seed with planted faults; the run
+    finds exactly those and exits 0 (violations are its findings). A run that cannot read exits 1 and records where."""
     env = command_env(tmp_path, SPARK_MASTER="local[2]", DATABASE_URL=one_database, CREDITS_DATABASE_URL=one_database)
     for args in (("migrate",), ("migrate", "--database", "credits")):
         migrated = manage(env, *args, "--verbosity", "0")
@@ -145,6 +121,24 @@ def test_both_services_in_one_database(one_database, tmp_path):
     assert found.returncode == 0, found.stdout + found.stderr[-3000:]
     report = json.loads((tmp_path / "reports" / str(DAY) / "consistency.json").read_text())
     assert {name: check["sample"] for name, check in report["checks"].items()} == planted
+    counts = ", ".join(f"{name}={check['count']:,}" for name, check in report["checks"].items() if check["count"])
+    assert re.search(rf"^{DAY}: [\d,]+ violations \({re.escape(counts)}\)$", found.stdout, re.MULTILINE), found.stdout
+    assert "[5/8] look-ups outside the window done" in found.stdout  # per-stage progress
+    # Spark's own start-up chatter stays out unless asked for (-v 2).
+    assert "native-hadoop" not in found.stderr and "log4j profile" not in found.stderr, found.stderr[-3000:]
+    assert "Using incubator modules" not in found.stderr, found.stderr[-3000:]
+
+    # On this test's own databases, where the failed run is recorded.
+    broken = run_command(
+        command_env(tmp_path, SPARK_MASTER="local[2]", SPARK_JDBC_JAR=str(tmp_path / "missing.jar")),
+        "--date",
+        str(DAY),
+    )
+    assert broken.returncode == 1
+    assert "nightly run failed" in broken.stderr
+    failed = NightlyRun.objects.get()
+    assert (failed.status, failed.stage) == ("failed", "extract: compare users in the databases")
+    assert "ClassNotFoundException" in failed.error or "Driver" in failed.error
 
 
 CALL_SITES_PROBE = """
