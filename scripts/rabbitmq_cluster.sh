@@ -8,6 +8,9 @@
 #   scripts/rabbitmq_cluster.sh start-node DIR N   start (or restart) node N (1..3); a restarted member rejoins by itself
 #   scripts/rabbitmq_cluster.sh kill-node DIR N    SIGKILL node N: a crash, no goodbye to the cluster
 #   scripts/rabbitmq_cluster.sh stop-node DIR N    SIGTERM node N: a graceful stop (queue leadership is handed over)
+#   scripts/rabbitmq_cluster.sh await-quorum DIR N [SECONDS]  wait (default 120 s; fail after) until stopping node
+#                                                 N leaves every quorum queue a majority online: before a planned
+#                                                 stop, as a node restarted moments ago may not be back in its queues
 #   scripts/rabbitmq_cluster.sh pid DIR N          the Erlang VM's pid of node N
 #   scripts/rabbitmq_cluster.sh leader DIR QUEUE   the node leading a quorum queue
 #   scripts/rabbitmq_cluster.sh ctl DIR N ARGS...  rabbitmqctl ARGS against node N (e.g. list_queues name type leader)
@@ -27,7 +30,7 @@ NODES=(1 2 3)
 RABBITMQ_BIN=${RABBITMQ_BIN:-/usr/lib/rabbitmq/bin}
 START_TIMEOUT=${RABBITMQ_CLUSTER_START_TIMEOUT:-120}
 
-usage() { sed -n '2,13p' "$0" >&2; exit 2; }
+usage() { sed -n '2,16p' "$0" >&2; exit 2; }
 
 node_name() { echo "cs$1@localhost"; }
 
@@ -57,6 +60,12 @@ ctl() {
   local dir=$1 n=$2
   shift 2
   eval env "$(node_env "$dir" "$n")" "$RABBITMQ_BIN/rabbitmqctl" -n "$(node_name "$n")" '"$@"'
+}
+
+await_quorum() {
+  local dir=$1 n=$2 seconds=${3:-120}
+  eval env "$(node_env "$dir" "$n")" "$RABBITMQ_BIN/rabbitmq-upgrade" -n "$(node_name "$n")" -q --timeout "$seconds" \
+    await_online_quorum_plus_one
 }
 
 prepare() {
@@ -171,6 +180,7 @@ case "$command" in
   start-node) start_node "$dir" "${3:?node number}" && await_node "$dir" "$3" ;;
   kill-node) signal_node "$dir" "${3:?node number}" KILL ;;
   stop-node) signal_node "$dir" "${3:?node number}" TERM ;;
+  await-quorum) await_quorum "$dir" "${3:?node number}" "${4:-120}" ;;
   pid) node_pid "$dir" "${3:?node number}" ;;
   ctl) n=${3:?node number}; shift 3; ctl "$dir" "$n" "$@" ;;
   leader)

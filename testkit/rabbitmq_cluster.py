@@ -46,6 +46,11 @@ class RabbitCluster:
     def stop_node(self, node: int) -> None:
         self.run("stop-node", str(node))
 
+    def await_quorum(self, node: int, *, seconds: int = 120) -> None:
+        """Return once stopping `node` leaves every quorum queue a majority of its members online; raise
+        RuntimeError if that takes more than `seconds`."""
+        self.run("await-quorum", str(node), str(seconds), timeout=seconds + 60)
+
     def running(self, node: int) -> bool:
         return cluster_script(SCRIPT, "pid", self.directory, str(node), check=False).returncode == 0
 

@@ -110,6 +110,21 @@ def test_the_queues_are_quorum_queues_replicated_on_every_node(quorum):
     assert all(f"cs{n}@localhost" in credits_line for n in (1, 2, 3))
 
 
+def test_a_planned_stop_waits_while_a_node_is_down_and_goes_ahead_once_it_is_back(quorum):
+    """What the node-loss test and a rolling restart wait on before stopping a node (scripts/rabbitmq_cluster.sh
+    await-quorum): with one of three members down, stopping a second would leave every queue without a majority."""
+    cluster = quorum[0]
+    cluster.stop_node(3)
+    try:
+        refused = time.monotonic()
+        with pytest.raises(RuntimeError, match="await-quorum 2 5 failed"):
+            cluster.await_quorum(2, seconds=5)
+        assert time.monotonic() - refused >= 5
+    finally:
+        cluster.start_node(3)
+    cluster.await_quorum(2, seconds=60)
+
+
 def test_a_credits_worker_starts_where_the_other_queues_were_never_declared(quorum, user):
     """A `-Q credits` worker binds only what it consumes to the delayed-delivery exchanges: on a new vhost it once
     failed to start, binding `analytics`, whose exchange no one had declared (bench_credits on a fresh cluster)."""
