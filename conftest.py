@@ -23,7 +23,15 @@ from rest_framework.test import APIClient
 
 from accounts.services import api_token_create
 from testkit import committed, leftovers
-from testkit.workers import SPARK_GROUP, SharedServicesLock, with_vhost, worker_id, worker_vhost
+from testkit.workers import (
+    SPARK_GROUP,
+    SharedServicesLock,
+    runs_alone,
+    with_vhost,
+    worker_count,
+    worker_id,
+    worker_vhost,
+)
 
 DATABASE_FIXTURES = {"db", "transactional_db", "live_server", "django_db_reset_sequences"}
 # Its command test stops every child of the test process (the nightly command's interrupted path), a SparkSession's
@@ -172,13 +180,14 @@ def shared_services_lock() -> SharedServicesLock:
 def pytest_runtest_protocol(item, nextitem):
     """Run each test, its fixtures' set-up and tear-down included, holding the shared-services lock shared, so a test
     that stops a shared service (marked `exclusive`) does it while no other worker is inside a test. Such a test takes
-    the lock itself, exclusively, around the stop.
+    the lock itself, exclusively, around the stop. A test marked `alone` holds it exclusively throughout; one marked
+    `paired` too, in a run of more than PAIRED workers (its bounds are measured beside one other test, no more).
 
     A broker stopped between two tests of this worker reset the connections its Celery app keeps in a pool: they are
     dropped before the next test, which would otherwise write to one and fail."""
     if worker_id() is None or item.get_closest_marker("exclusive"):
         return (yield)
-    if item.get_closest_marker("alone"):
+    if runs_alone((mark.name for mark in item.iter_markers()), worker_count()):
         with services_lock().exclusive():
             return (yield)
     with services_lock().shared() as disturbed:

@@ -10,7 +10,7 @@ that stops it takes `SharedServicesLock` exclusively, every other test takes it 
 import contextlib
 import fcntl
 import os
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from urllib.parse import quote, unquote, urlsplit
 
@@ -27,11 +27,26 @@ SPARK_PROCESSES_GROUP = "spark-processes"
 PYTEST_RUNS_GROUP = "pytest-runs"
 # The id pytest-xdist gives a worker process (gw0, gw1, ...); absent in a run without workers.
 WORKER_VARIABLE = "PYTEST_XDIST_WORKER"
+WORKER_COUNT_VARIABLE = "PYTEST_XDIST_WORKER_COUNT"
+# How many workers the tests marked `paired` run on at most, their bounds measured so (scripts/test.sh, second pass).
+PAIRED = 2
 
 
 def worker_id() -> str | None:
     """Return this process's pytest-xdist worker id, or None outside a parallel run."""
     return os.environ.get(WORKER_VARIABLE)
+
+
+def worker_count() -> int:
+    """Return how many pytest-xdist workers this run has (1 outside a parallel run)."""
+    return int(os.environ.get(WORKER_COUNT_VARIABLE, "1"))
+
+
+def runs_alone(marks: Iterable[str], workers: int) -> bool:
+    """Whether a test with these marks holds the shared-services lock exclusively throughout, in a run of `workers`:
+    an `alone` test always, a `paired` one where more than PAIRED workers would run beside it."""
+    names = set(marks)
+    return "alone" in names or ("paired" in names and workers > PAIRED)
 
 
 def worker_vhost(broker_url: str, worker: str) -> str:

@@ -12,7 +12,7 @@ from kombu import Connection
 from config.celery import app
 from testkit.harness import ROOT
 from testkit.processes import service_env
-from testkit.workers import SharedServicesLock, with_vhost, worker_id, worker_vhost
+from testkit.workers import PAIRED, SharedServicesLock, runs_alone, with_vhost, worker_id, worker_vhost
 
 
 def test_a_worker_vhost_is_the_runs_own_suffixed_with_the_worker_id():
@@ -52,6 +52,12 @@ def reader(directory, seconds: float) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-c", READER, str(directory), str(seconds)], cwd=ROOT, stdout=subprocess.PIPE, text=True
     )
+
+
+def test_an_alone_test_runs_alone_and_a_paired_one_beside_one_other_at_most():
+    assert runs_alone(["slow", "alone"], 2) and runs_alone(["alone"], 1)
+    assert not runs_alone(["slow", "paired"], PAIRED) and runs_alone(["slow", "paired"], PAIRED + 1)
+    assert not runs_alone(["slow", "exclusive"], 4) and not runs_alone(["slow"], 4)
 
 
 def test_the_exclusive_lock_waits_for_a_shared_holder_and_holds_new_readers_back(tmp_path):
