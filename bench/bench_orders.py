@@ -60,6 +60,7 @@ from common import (  # noqa: E402
     OtlpSink,
     bench_env,
     outbox_backlog_discard,
+    ratio,
     setup_django,
     start_gunicorn,
 )
@@ -282,15 +283,15 @@ def compare_plain(tokens: list[str], args: argparse.Namespace) -> None:
     if {"ours", "plain"} <= medians.keys():
         ours, plain = medians["ours"], medians["plain"]
         print()
-        print(f"host CPU per order ours/plain: {ours['host'] / plain['host']:.2f}x (target <= 0.6x)")
-        print(f"orders/s ours/plain: {ours['orders_per_s'] / plain['orders_per_s']:.2f}x (target >= 1.5x)")
+        print(f"host CPU per order ours/plain: {ratio(ours['host'], plain['host'])} (target <= 0.6x)")
+        print(f"orders/s ours/plain: {ratio(ours['orders_per_s'], plain['orders_per_s'])} (target >= 1.5x)")
         for p in PROCESSES[:-1]:
-            print(f"  {p} CPU per order ours/plain: {ours[p] / plain[p]:.2f}x")
+            print(f"  {p} CPU per order ours/plain: {ratio(ours[p], plain[p])}")
     if {"bare", "plain"} <= medians.keys():
         bare, plain = medians["bare"], medians["plain"]
         print(
-            f"bare/plain (the floor of this design): host CPU {bare['host'] / plain['host']:.2f}x, "
-            f"orders/s {bare['orders_per_s'] / plain['orders_per_s']:.2f}x"
+            f"bare/plain (the floor of this design): host CPU {ratio(bare['host'], plain['host'])}, "
+            f"orders/s {ratio(bare['orders_per_s'], plain['orders_per_s'])}"
         )
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())} (2 cores, shared with other work)")
     print(json.dumps(runs))
