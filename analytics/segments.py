@@ -27,9 +27,13 @@ from analytics.period import Period
 from analytics.schemas import CREDITS_SCHEMA, FIRST_ORDERS_SCHEMA, ORDERS_SCHEMA
 
 # Buckets a disagreeing range is split into at the next level, and the widest leaf (in order ids) whose rows are
-# fetched: three levels cover a day of up to 8M order ids; a leaf is a few hundred rows.
+# fetched: a leaf is a few hundred rows.
 FANOUT = 32
 LEAF = 256
+# The first level's buckets at most: its one grouped scan of the span returns that many small rows a side (about 35
+# bytes each), and a disagreeing bucket's children rescan only that bucket's ids, never a large share of the day
+# (first-level buckets of 8,192 ids from 524,288 order ids in the span to 16.7M).
+FIRST_LEVEL_BUCKETS = 2048
 # Ranges (of users, of leaves) kept at most: beyond, the ranges widen (more rows fetched, never more driver memory).
 MAX_RANGES = 10_000
 # How long before the period a credit of its orders can have been written: an order's id and its created_at are
@@ -196,7 +200,13 @@ def audit_mismatches(
 
 
 def bisect_outbox(
-    spark: SparkSession, source: jdbc.JdbcSource, span: Span, facts: dict, *, leaf: int = LEAF
+    spark: SparkSession,
+    source: jdbc.JdbcSource,
+    span: Span,
+    facts: dict,
+    *,
+    leaf: int = LEAF,
+    first_level: int = FIRST_LEVEL_BUCKETS,
 ) -> list[tuple[int, int]]:
     """Return the leaves (inclusive order id ranges) where orders and their outbox rows disagree.
 
@@ -208,7 +218,7 @@ def bisect_outbox(
         facts["outbox_levels"] = 0
         return []
     width = leaf
-    while width * FANOUT < span.high - span.low + 1:
+    while width * first_level < span.high - span.low + 1:
         width *= FANOUT
     ranges, level = [(span.low, span.high)], 0
     while ranges:

@@ -15,7 +15,7 @@ from django.core.management import call_command
 from django.db import connections, router
 from django.utils import timezone
 
-from analytics import segment_sql
+from analytics import jdbc, segment_sql, segments
 from analytics.period import Period
 from credits.models import OrderCredit
 from demo.plant import plant_inconsistencies
@@ -160,3 +160,25 @@ def test_the_audit_catches_a_checksum_that_disagrees_with_its_rows(reports, day,
     else:
         # Without the audit, the broken checksum hides the swap: what the audit is for.
         assert found(reports) == {}
+
+
+def test_the_outbox_ranges_bisect_level_by_level_down_to_the_leaves_that_hold_the_differences(spark, day):
+    """Small leaves and few first-level buckets, so a day of 200 orders takes every level: the leaves returned are
+    those holding an order without its outbox row and an outbox row without its order, and no other."""
+    ids = sorted(Order.objects.values_list("id", flat=True))
+    span = segments.Span(ids[0], ids[-1])
+    without_row, without_order = ids[37], ids[150]
+    TransactionLog.objects.filter(foreign_key=str(without_row)).delete()
+    Order.objects.filter(id=without_order).delete()
+    facts: dict = {}
+
+    leaves = segments.bisect_outbox(spark, jdbc.sources().orders, span, facts, leaf=4, first_level=1)
+
+    assert all(high - low < 4 for low, high in leaves) and len(leaves) == 2
+    assert [any(low <= i <= high for low, high in leaves) for i in (without_row, without_order)] == [True, True]
+    levels = facts["outbox_levels"]
+    assert levels >= 3
+    assert [facts[f"outbox_level{n}_width"] for n in range(1, levels + 1)] == [
+        4 * segments.FANOUT ** (levels - n) for n in range(1, levels + 1)
+    ]
+    assert facts[f"outbox_level{levels}_differing"] == 2
