@@ -15,8 +15,8 @@ scripts/setup.sh
 # Two workers a core: most of a slow test is waiting (for a process to start, a deadline to pass), which another
 # worker's test fills.
 workers="${TEST_WORKERS:-$((2 * $(nproc)))}"
-# The second pass's workers: testkit/workers.py's PAIRED, what the `paired` tests' bounds were measured beside.
-PAIRED=2
+# The second pass's workers: what the `paired` tests' bounds were measured beside (testkit/workers.py).
+PAIRED=$(.venv/bin/python -c "from testkit.workers import PAIRED; print(PAIRED)")
 if [ "$workers" = 0 ]; then
     exec .venv/bin/pytest --create-db "$@"
 fi
