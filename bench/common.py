@@ -24,8 +24,8 @@ BENCH_CREDITS_DATABASE_URL = os.environ.get(
 
 
 def ratio(numerator: float, denominator: float) -> str:
-    """`numerator / denominator` as `0.87x`, or `n/a` where the denominator is zero: a process that was not sampled
-    spending a single clock tick of CPU in a short run (the smoke test's one round of a few seconds)."""
+    """`numerator / denominator` as `0.87x`, or `n/a` where the denominator is zero: a process whose CPU did not reach
+    one clock tick in a short run (the smoke test's one round of a few seconds)."""
     return f"{numerator / denominator:.2f}x" if denominator else "n/a (none measured)"
 
 
