@@ -56,6 +56,8 @@ def tuning_for(rows: int) -> dict[str, str]:
     if rows <= SHORT_JOB_ROWS:
         tuning |= SHORT_JOB_CONF
         tuning["spark.driver.extraJavaOptions"] += SHORT_JOB_JAVA_OPTIONS
+        # On a cluster the executors do the work the driver does in local mode, in JVMs that live as briefly.
+        tuning["spark.executor.extraJavaOptions"] = UTC_JAVA_OPTIONS + SHORT_JOB_JAVA_OPTIONS
     if rows <= INTERPRETED_JOB_ROWS:
         tuning |= INTERPRETED_JOB_CONF
     return tuning
@@ -137,6 +139,14 @@ def spark_session_create(
     return spark
 
 
+def with_class_archive(tuning: dict[str, str] | None) -> dict[str, str]:
+    """Return `tuning` with the driver mapping the class archive once written (analytics/class_archive.py)."""
+    tuning = dict(tuning or {})
+    driver_options = tuning.get("spark.driver.extraJavaOptions", UTC_JAVA_OPTIONS)
+    tuning["spark.driver.extraJavaOptions"] = driver_options + class_archive.archive_option()
+    return tuning
+
+
 @contextmanager
 def spark_session(*, tuning: dict[str, str] | None = None, verbose: bool = False) -> Iterator[SparkSession]:
     """Yield the active SparkSession if there is one (tests share one), else start one and stop it afterwards.
@@ -147,10 +157,7 @@ def spark_session(*, tuning: dict[str, str] | None = None, verbose: bool = False
     if active is not None:
         yield active
         return
-    tuning = dict(tuning or {})
-    driver_options = tuning.get("spark.driver.extraJavaOptions", UTC_JAVA_OPTIONS)
-    tuning["spark.driver.extraJavaOptions"] = driver_options + class_archive.archive_option()
-    spark = spark_session_create(tuning=tuning, verbose=verbose)
+    spark = spark_session_create(tuning=with_class_archive(tuning), verbose=verbose)
     try:
         yield spark
     finally:

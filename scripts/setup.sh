@@ -145,4 +145,9 @@ PY
 .venv/bin/python manage.py migrate --database credits --no-input -v "$DJANGO_VERBOSITY"
 log "Collecting static files (served by WhiteNoise: hashed names, gzip copies)"
 .venv/bin/python manage.py collectstatic --no-input -v "$DJANGO_VERBOSITY"
+# The nightly job's class archive (analytics/class_archive.py): Spark's classes parsed once, mapped by every later
+# session (the nightly runs, the tests' shared session), which then starts in about half the CPU. Once per pyspark
+# and Java: a later setup finds it and only says so.
+log "Spark class archive (written once per pyspark and Java)"
+.venv/bin/python manage.py spark_class_archive --if-missing -v "$DJANGO_VERBOSITY"
 log "Setup done"

@@ -84,6 +84,9 @@ def standalone_cluster(*, workers: int, cores: int, memory: str, work_dir: Path)
         "SPARK_LOCAL_IP": "127.0.0.1",
         "SPARK_WORKER_DIR": str(work_dir / "work"),
         "SPARK_NO_DAEMONIZE": "1",
+        # The master and the workers only schedule and launch: C1 and the serial collector start them for a fraction
+        # of the JIT's and G1's CPU, which the job beside them on the same cores would otherwise wait for.
+        "SPARK_DAEMON_JAVA_OPTS": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
     }
     cluster = Cluster(url=f"spark://127.0.0.1:{MASTER_PORT}")
     try:

@@ -30,6 +30,8 @@ def test_a_run_shows_one_line_per_step_and_keeps_the_rest_in_its_log(transaction
     assert lines[-1] == "==> Setup done"
     assert done.stderr == ""
     assert "==> Collecting static files" in log
+    # The Spark class archive: written by the first setup on a machine, found by every later one.
+    assert "class archive present: " in log or "class archive written: " in log
 
 
 def test_verbose_shows_what_the_steps_print(transactional_db, tmp_path):

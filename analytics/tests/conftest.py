@@ -4,13 +4,15 @@ import pytest
 from pyspark.sql import DataFrame, SparkSession
 
 from analytics.schemas import CREDITS_SCHEMA, DEAD_LETTERS_SCHEMA, LOGS_SCHEMA, ORDERS_SCHEMA
-from analytics.spark import spark_session_create
+from analytics.spark import spark_session_create, tuning_for, with_class_archive
 
 
 @pytest.fixture(scope="session")
 def spark() -> SparkSession:
-    # Two cores and two shuffle partitions: test frames have a handful of rows.
-    session = spark_session_create(master="local[2]", overrides={"spark.sql.shuffle.partitions": "2"})
+    # Tuned as production tunes a run of a handful of rows (two shuffle partitions, C1 and the serial collector,
+    # interpreted operators), on two cores, with the class archive when one is written: the tests run the
+    # configuration a small day runs with, and their JVM costs what a small day's does.
+    session = spark_session_create(master="local[2]", tuning=with_class_archive(tuning_for(0)))
     yield session
     session.stop()
 

@@ -147,8 +147,8 @@ import django
 django.setup()
 from pyspark.errors import utils
 from pyspark.sql import functions as F
-from analytics.spark import spark_session_create
-spark = spark_session_create(master="local[1]", verbose={verbose})
+from analytics.spark import spark_session_create, tuning_for, with_class_archive
+spark = spark_session_create(master="local[1]", tuning=with_class_archive(tuning_for(0)), verbose={verbose})
 # The job's first DataFrame calls are made on extract threads, with no active session there.
 first = threading.Thread(target=lambda: F.col("total").alias("units"))
 first.start()

@@ -49,6 +49,11 @@ def test_a_small_day_runs_interpreted_a_million_keeps_code_generation_with_c1_an
     assert "spark.sql.codegen.wholeStage" not in ten_million
     assert "spark.sql.inMemoryColumnarStorage.compressed" not in ten_million
     assert "-XX:TieredStopAtLevel=1" not in ten_million[driver] and "-XX:+UseSerialGC" not in ten_million[driver]
+    # A cluster's executors as the driver: short-lived at 1M, tiered at 10M.
+    executor = "spark.executor.extraJavaOptions"
+    assert "-XX:TieredStopAtLevel=1" in spark_conf(tuning=million)[executor]
+    assert "-Duser.timezone=UTC" in spark_conf(tuning=million)[executor]
+    assert "-XX:TieredStopAtLevel=1" not in spark_conf(tuning=ten_million)[executor]
 
 
 def test_call_site_debugging_is_off_unless_verbose_and_spark_conf_can_turn_it_on(settings):

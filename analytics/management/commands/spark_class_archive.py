@@ -2,7 +2,7 @@
 
 from django.core.management.base import BaseCommand, CommandError
 
-from analytics.class_archive import archive_write
+from analytics.class_archive import archive_path, archive_write
 
 
 class Command(BaseCommand):
@@ -12,7 +12,18 @@ class Command(BaseCommand):
         "Run it once after installing or upgrading pyspark or Java."
     )
 
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--if-missing",
+            action="store_true",
+            help="write it only when none exists yet for this Java and pyspark (what an install runs)",
+        )
+
     def handle(self, *args, **options):
+        path = archive_path()
+        if options["if_missing"] and path.is_file():
+            self.stdout.write(f"class archive present: {path}")
+            return
         try:
             path = archive_write()
         except Exception as exc:
