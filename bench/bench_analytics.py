@@ -25,9 +25,10 @@ baseline both find exactly the planted violations, every one, and nothing on the
 
 `--seed-only` seeds one size and stops; `--skip-seed` measures what the last seed left (it remembers the day and the
 planted violations, once planted, in a file in the temporary directory: a planted seed has no balanced day);
-`--cluster-only` runs only the cluster variant. `--floor` adds, to each round of the day, bench/analytics_floor.py:
-the least a Spark run must do (start, read the day, shuffle it by order id, pair it once) and nothing more, so what
-the job spends above it is measured in the round; `--floor planted` adds it on the planted day only.
+`--cluster-only` runs only the cluster variant; `--kinds balanced` or `--kinds planted` measures that day only.
+`--floor` adds, to each round of the day, bench/analytics_floor.py: the least a Spark run must do (start, read the
+day, shuffle it by order id, pair it once) and nothing more, so what the job spends above it is measured in the round;
+`--floor planted` adds it on the planted day only. The databases' side (reset, seed, plant): bench/analytics_seed.py.
 """
 
 import argparse
@@ -50,117 +51,28 @@ import django  # noqa: E402
 
 django.setup()
 
-import MySQLdb  # noqa: E402
 from django.conf import settings  # noqa: E402
 from django.db import connections  # noqa: E402
 
 from analytics import class_archive  # noqa: E402
 from analytics.checks import CHECK_NAMES  # noqa: E402
-from analytics.models import DailyMetrics  # noqa: E402
 from analytics.period import Period  # noqa: E402
-from bench.analytics_report import FLOOR, load_average, markdown, mismatches, progress_printer, record  # noqa: E402
+from bench.analytics_report import FLOOR, load_average, markdown, mismatches, record  # noqa: E402
+from bench.analytics_seed import (  # noqa: E402
+    database_names,
+    database_server,
+    plant,
+    seed,
+    seed_record_path,
+    server_threads,
+)
 from bench.byte_counter import Relays  # noqa: E402
-from bench.proc_stats import ProcessSeen, ServerThreads, TreeSampler, gc_log_peaks, peak_rss_bytes  # noqa: E402
-from demo.plant import plant_inconsistencies  # noqa: E402
-from demo.seed import seed_demo_data  # noqa: E402
+from bench.proc_stats import ProcessSeen, TreeSampler, gc_log_peaks  # noqa: E402
 from testkit.processes import database_url  # noqa: E402
 from testkit.spark_cluster import standalone_cluster  # noqa: E402
 
-# The tables a run reads or writes, per database alias (the analytics tables are the order service's database's).
-TABLES = {
-    "default": (
-        "analytics_violations",
-        "analytics_check_results",
-        DailyMetrics._meta.db_table,
-        "analytics_user_daily_credits",
-        "analytics_nightly_runs",
-        "transaction_log",
-        "idempotency_keys",
-        "orders",
-    ),
-    "credits": ("order_credits", "credit_balances", "credit_dead_letters"),
-}
-PLANTED_PER_KIND = 3
 CLUSTER_WORKERS, CLUSTER_WORKER_CORES = 2, 1
 CLUSTER_WORKER_MEMORY, CLUSTER_EXECUTOR_MEMORY = "3g", "2g"
-
-
-def database_names() -> dict[str, str]:
-    return {alias: connections[alias].settings_dict["NAME"] for alias in TABLES}
-
-
-def server_threads() -> ServerThreads:
-    """Count the database server's CPU on the connections to the two bench databases (see bench/proc_stats.py)."""
-    return ServerThreads(
-        lambda: MySQLdb.connect(**connections["default"].get_connection_params()), database_names().values()
-    )
-
-
-def database_server() -> dict:
-    """The server's version and buffer pool: a 10M-order seed outgrows a small pool (Debian's default is 128 MiB)."""
-    with connections["default"].cursor() as cursor:
-        cursor.execute("SELECT VERSION(), @@innodb_buffer_pool_size")
-        version, pool = cursor.fetchone()
-    return {"version": version, "innodb_buffer_pool_bytes": pool}
-
-
-def reset() -> None:
-    for alias, tables in TABLES.items():
-        with connections[alias].cursor() as cursor:
-            cursor.execute("SET FOREIGN_KEY_CHECKS = 0")
-            for table in tables:
-                cursor.execute(f"TRUNCATE TABLE {table}")
-            cursor.execute("SET FOREIGN_KEY_CHECKS = 1")
-
-
-def seed(orders: int, days: int, end: date) -> dict:
-    """Reset, then seed; return the seed's figures (a balanced history: nothing planted yet)."""
-    reset()
-    cpu_started = process_cpu()
-    with server_threads() as database:
-        result = seed_demo_data(
-            orders=orders,
-            days=days,
-            users=max(1, orders // 20),
-            end=end,
-            seed=42,
-            on_progress=progress_printer(orders * 3),
-        )
-    seed_cpu = process_cpu() - cpu_started
-    seed_peak_rss = peak_rss_bytes(os.getpid())
-    analyze()
-    return {
-        "orders": orders,
-        "days": days,
-        "end": str(end),
-        "rows": result.rows,
-        "wall_seconds": round(result.seconds, 1),
-        "rows_per_second": round(result.rows_per_second),
-        "client_cpu_seconds": round(seed_cpu, 1),
-        "database_threads_cpu_seconds": database.cpu_seconds,
-        "database_whole_server_cpu_seconds": database.whole_server_cpu_seconds,
-        "client_peak_rss_bytes": seed_peak_rss,
-        "planted": None,
-    }
-
-
-def analyze() -> None:
-    for alias, tables in (("default", "orders, transaction_log"), ("credits", "order_credits")):
-        with connections[alias].cursor() as cursor:
-            cursor.execute(f"ANALYZE TABLE {tables}")
-            cursor.fetchall()
-
-
-def plant(end: date) -> dict[str, int]:
-    """Plant PLANTED_PER_KIND inconsistencies of every kind on the last day; return how many of each."""
-    planted = plant_inconsistencies(day=end, per_kind=PLANTED_PER_KIND, seed=42)
-    analyze()
-    return {name: len(planted.get(name, [])) for name in CHECK_NAMES}
-
-
-def process_cpu() -> float:
-    times = os.times()
-    return times.user + times.system
 
 
 def spark_run(
@@ -284,11 +196,6 @@ def baseline_run(end: date, days: int, counters: Relays) -> dict:
     }
 
 
-def seed_record_path() -> Path:
-    names = "-".join(database_names().values())
-    return Path(tempfile.gettempdir()) / f"bench-analytics-seed-{names}.json"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--reset", action="store_true", help="required: empty the tables before seeding")
@@ -313,6 +220,12 @@ def main() -> None:
     )
     parser.add_argument(
         "--cluster-only", action="store_true", help="run only the cluster variant (with --skip-seed: the seed left)"
+    )
+    parser.add_argument(
+        "--kinds",
+        default="balanced,planted",
+        choices=("balanced,planted", "balanced", "planted"),
+        help="the days measured: the balanced day, then the planted one (default both)",
     )
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     parser.add_argument("--markdown", type=Path, default=None, help="also write the summary tables here")
@@ -358,7 +271,7 @@ def main() -> None:
             return
         scopes = [("day", 1)] + ([(f"{args.days} days", args.days)] if args.full and args.days > 1 else [])
         with tempfile.TemporaryDirectory(prefix="bench-reports-") as reports, Relays(connections) as counters:
-            for kind in ("balanced", "planted"):
+            for kind in args.kinds.split(","):
                 if kind == "balanced" and seeded["planted"]:
                     print("the seed was planted by an earlier run: no balanced day to measure", flush=True)
                     continue

@@ -12,6 +12,7 @@ import pytest
 from django.db import connections
 from django.utils import timezone
 
+from analytics.checks import CHECK_NAMES
 from analytics.extract import ORDER_BUSINESS
 from analytics.jobs import window_bounds
 from analytics.period import Period
@@ -128,21 +129,13 @@ def test_skip_seed_without_a_seed_says_what_to_do():
     assert "Traceback" not in result.stderr
 
 
-@pytest.mark.slow
-def test_the_bench_seeds_a_small_day_and_measures_spark_and_the_baseline(transactional_db, tmp_path):
-    """The whole bench, end to end, on this run's test databases: seed, then on each day one Spark run and one
-    baseline run, and on the planted day one run of the floor (reads, shuffle and one pairing, nothing else): on the
-    balanced day it would run the same code again.
-    """
+def run_bench(tmp_path, *args: str) -> dict:
+    """Run the bench on this run's test databases, seeding a 3,000-order day; return what it measured."""
     results = tmp_path / "results.json"
     # The day named, not the bench's own "yesterday": a run that crosses midnight would seed another day than DAY.
-    command = [
-        *("bench/bench_analytics.py", "--reset", "--orders", "3000", "--days", "1", "--end", str(DAY)),
-        *("--floor", "planted", "--json", results),
-    ]
-
+    command = ["bench/bench_analytics.py", "--reset", "--orders", "3000", "--days", "1", "--end", str(DAY), *args]
     completed = subprocess.run(
-        [sys.executable, *command],
+        [sys.executable, *command, "--json", str(results)],
         cwd=Path(__file__).resolve().parents[1],
         capture_output=True,
         text=True,
@@ -150,27 +143,45 @@ def test_the_bench_seeds_a_small_day_and_measures_spark_and_the_baseline(transac
         env=service_env(TMPDIR=str(tmp_path), ANALYTICS_AUDIT_USERS="5"),
         timeout=900,
     )
-
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
-    measured = json.loads(results.read_text())
+    return json.loads(results.read_text())
+
+
+@pytest.mark.slow
+def test_the_bench_seeds_a_small_day_and_measures_spark_and_the_baseline_on_the_balanced_day(
+    transactional_db, tmp_path
+):
+    """Seed, then one Spark run and one baseline run of the balanced day (`--kinds balanced`): both find nothing,
+    and Spark receives a small part of what the baseline, which reads the day's rows, does."""
+    measured = run_bench(tmp_path, "--kinds", "balanced")
+
+    assert [run["variant"] for run in measured["runs"]] == ["spark local, balanced day", "sql, balanced day"]
+    assert measured["seeds"][0]["planted"] is None
+    for run in measured["runs"]:
+        assert run["found"] == dict.fromkeys(CHECK_NAMES, 0)
+        assert run["wall_seconds"] > 0 and run["cpu_seconds"] > 0
+    # Every byte a run read crossed the counting relay.
+    spark_day, baseline_day = measured["runs"]
+    assert 0 < spark_day["bytes_received"] < baseline_day["bytes_received"]
+    assert spark_day["rows_received"] > 0
+
+
+@pytest.mark.slow
+def test_the_bench_plants_faults_and_spark_its_floor_and_the_baseline_measure_the_planted_day(
+    transactional_db, tmp_path
+):
+    """Seed and plant (`--kinds planted`), then one Spark run, one run of the floor (reads, shuffle and one
+    pairing, nothing else) and one baseline run: Spark and the baseline find exactly what was planted."""
+    measured = run_bench(tmp_path, "--kinds", "planted", "--floor", "planted")
+
     planted = measured["seeds"][0]["planted"]
     assert [run["variant"] for run in measured["runs"]] == [
-        *("spark local, balanced day", "sql, balanced day"),
-        *("spark local, planted day", "spark floor, day", "sql, planted day"),
+        *("spark local, planted day", "spark floor, day", "sql, planted day")
     ]
     assert sum(planted.values()) > 0
     for run in measured["runs"]:
-        expected = dict.fromkeys(planted, 0) if "balanced" in run["variant"] else planted
-        assert run["found"] == (None if run["variant"] == "spark floor, day" else expected)
+        assert run["found"] == (None if run["variant"] == "spark floor, day" else planted)
         assert run["wall_seconds"] > 0 and run["cpu_seconds"] > 0
-    # Every byte a run read crossed the counting relay; the balanced day's Spark run received a small part of what
-    # the baseline, which reads the day's rows, did.
-    spark_day, baseline_day = (
-        next(r for r in measured["runs"] if r["variant"] == v)
-        for v in ("spark local, balanced day", "sql, balanced day")
-    )
-    assert 0 < spark_day["bytes_received"] < baseline_day["bytes_received"]
-    assert spark_day["rows_received"] > 0
     # The floor's run on the planted day, on the rows as they are now.
     floor = next(run for run in measured["runs"] if run["variant"] == "spark floor, day")
     assert floor["rows"] == rows_in_the_read_window(DAY)

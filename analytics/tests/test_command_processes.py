@@ -98,9 +98,9 @@ def one_database():
             cursor.execute(f"DROP DATABASE IF EXISTS `{name}`")
 
 
-def test_in_one_database_the_planted_faults_exit_zero_and_a_failed_job_exits_non_zero(one_database, tmp_path):
+def test_in_one_database_the_planted_faults_are_found_and_the_run_exits_zero(one_database, tmp_path):
     """Both URLs name one database, as a small install has: migrate each alias and seed with planted faults; the run
-    finds exactly those and exits 0 (violations are its findings). A run that cannot read exits 1 and records where."""
+    finds exactly those and exits 0 (violations are its findings)."""
     env = command_env(tmp_path, SPARK_MASTER="local[2]", DATABASE_URL=one_database, CREDITS_DATABASE_URL=one_database)
     for args in (("migrate",), ("migrate", "--database", "credits")):
         migrated = manage(env, *args, "--verbosity", "0")
@@ -128,7 +128,9 @@ def test_in_one_database_the_planted_faults_exit_zero_and_a_failed_job_exits_non
     assert "native-hadoop" not in found.stderr and "log4j profile" not in found.stderr, found.stderr[-3000:]
     assert "Using incubator modules" not in found.stderr, found.stderr[-3000:]
 
-    # On this test's own databases, where the failed run is recorded.
+
+def test_a_run_that_cannot_read_exits_non_zero_and_records_where(tmp_path):
+    """A run without its JDBC driver exits 1 and records the stage it failed in, on this test's own databases."""
     broken = run_command(
         command_env(tmp_path, SPARK_MASTER="local[2]", SPARK_JDBC_JAR=str(tmp_path / "missing.jar")),
         "--date",

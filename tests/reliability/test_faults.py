@@ -86,14 +86,17 @@ def test_nothing_lost_or_doubled_under_faults(cluster, make_user, capsys, shared
     broker_down: tuple[float, float] | None = None
     stream.start()
     try:
-        time.sleep(4)
+        # Each fault meets orders in flight: at RATE orders/s, two or three seconds between faults put dozens
+        # through every process that is killed or cut. The broker stays down 6 s, past its clients' connect
+        # deadline (config/celery.py, BROKER_CONNECT_TIMEOUT_SECONDS: 4 s).
+        time.sleep(3)
         faults.append(f"SIGKILL credits pool processes: {cluster.kill_pool_children('credits')}")
-        time.sleep(4)
+        time.sleep(3)
         cluster.kill("relay")
         faults.append("SIGKILL relay_outbox")
         time.sleep(1)
         cluster.start("relay")
-        time.sleep(3)
+        time.sleep(2)
         with shared_services_lock.exclusive():
             down_at = time.monotonic()
             rabbitmqctl("stop_app")
@@ -102,11 +105,11 @@ def test_nothing_lost_or_doubled_under_faults(cluster, make_user, capsys, shared
             rabbitmqctl("start_app")
             broker_down = (down_at, time.monotonic())
             faults.append("rabbitmqctl start_app")
-        time.sleep(4)
+        time.sleep(3)
         faults.append(f"KILL database connections: {kill_database_connections(connection.settings_dict['NAME'])}")
-        time.sleep(3)
+        time.sleep(2)
         faults.append(f"SIGKILL credits pool processes: {cluster.kill_pool_children('credits')}")
-        time.sleep(3)
+        time.sleep(2)
     finally:
         stream.stop()
     placed = list(Order.objects.filter(user_id__in=user_ids).values_list("id", flat=True))
