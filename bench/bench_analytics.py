@@ -25,7 +25,8 @@ baseline both find exactly the planted violations, every one, and nothing on the
 
 `--seed-only` seeds one size and stops; `--skip-seed` measures what the last seed left (it remembers the day and the
 planted violations, once planted, in a file in the temporary directory: a planted seed has no balanced day);
-`--cluster-only` runs only the cluster variant; `--kinds balanced` or `--kinds planted` measures that day only.
+`--cluster-only` runs only the cluster variant, `--floor-only` only the floor; `--kinds balanced` or `--kinds planted`
+measures that day only.
 `--floor` adds, to each round of the day, bench/analytics_floor.py: the least a Spark run must do (start, read the
 day, shuffle it by order id, pair it once) and nothing more, so what the job spends above it is measured in the round;
 `--floor planted` adds it on the planted day only. The databases' side (reset, seed, plant): bench/analytics_seed.py.
@@ -221,6 +222,7 @@ def main() -> None:
     parser.add_argument(
         "--cluster-only", action="store_true", help="run only the cluster variant (with --skip-seed: the seed left)"
     )
+    parser.add_argument("--floor-only", action="store_true", help="run only the floor, on the --floor days")
     parser.add_argument(
         "--kinds",
         default="balanced,planted",
@@ -235,6 +237,8 @@ def main() -> None:
     args = parser.parse_args()
     if (args.skip_seed or args.seed_only) and len(args.orders) != 1:
         raise SystemExit("--seed-only and --skip-seed take one size in --orders")
+    if args.floor_only and not args.floor:
+        raise SystemExit("--floor-only runs the floor on the days --floor names: pass --floor too")
     if not args.reset and not args.skip_seed:
         raise SystemExit("this bench empties the orders, outbox, credits and analytics tables: pass --reset")
     if args.skip_seed and not (seed_file := seed_record_path()).exists():
@@ -281,12 +285,14 @@ def main() -> None:
                 expected = seeded["planted"] if kind == "planted" else dict.fromkeys(CHECK_NAMES, 0)
                 for attempt in range(1, args.repeat + 1):
                     for scope, days in [] if args.cluster_only else scopes:
-                        run = spark_run(end, days, Path(reports), env={}, cluster_pids=[], counters=counters)
-                        record(results["runs"], orders, f"spark local, {kind} {scope}", attempt, run, expected)
+                        if not args.floor_only:
+                            run = spark_run(end, days, Path(reports), env={}, cluster_pids=[], counters=counters)
+                            record(results["runs"], orders, f"spark local, {kind} {scope}", attempt, run, expected)
                         if kind in args.floor.split(",") and days == 1:
                             record(results["runs"], orders, FLOOR, attempt, floor_run(end, Path(reports)), expected)
-                        baseline = baseline_run(end, days, counters)
-                        record(results["runs"], orders, f"sql, {kind} {scope}", attempt, baseline, expected)
+                        if not args.floor_only:
+                            baseline = baseline_run(end, days, counters)
+                            record(results["runs"], orders, f"sql, {kind} {scope}", attempt, baseline, expected)
             if (args.cluster or args.cluster_only) and orders == max(args.orders):
                 with standalone_cluster(
                     workers=CLUSTER_WORKERS,
