@@ -111,18 +111,22 @@ def test_server_threads_find_the_server_we_talk_to_among_several():
     assert server.cpu_seconds >= 0.2
 
 
-def test_skip_seed_without_a_seed_says_what_to_do():
+def bench_on_unseeded_databases(*args: str) -> subprocess.CompletedProcess:
+    """Run the bench pointed at databases never seeded (nor created: a refusal comes before any query)."""
     env = {**os.environ, "DATABASE_URL": "mysql://root:@127.0.0.1:3306/never_seeded_orders"}
     env["CREDITS_DATABASE_URL"] = "mysql://root:@127.0.0.1:3306/never_seeded_credits"
-
-    result = subprocess.run(
-        [sys.executable, "bench/bench_analytics.py", "--skip-seed", "--orders", "1000"],
+    return subprocess.run(
+        [sys.executable, "bench/bench_analytics.py", *args],
         cwd=Path(__file__).resolve().parents[1],
         capture_output=True,
         text=True,
         env=env,
         timeout=120,
     )
+
+
+def test_skip_seed_without_a_seed_says_what_to_do():
+    result = bench_on_unseeded_databases("--skip-seed", "--orders", "1000")
 
     assert result.returncode == 1
     assert "--skip-seed: no seed of never_seeded_orders and never_seeded_credits recorded" in result.stderr
@@ -130,17 +134,7 @@ def test_skip_seed_without_a_seed_says_what_to_do():
 
 
 def test_floor_only_without_floor_days_says_what_to_do():
-    env = {**os.environ, "DATABASE_URL": "mysql://root:@127.0.0.1:3306/never_seeded_orders"}
-    env["CREDITS_DATABASE_URL"] = "mysql://root:@127.0.0.1:3306/never_seeded_credits"
-
-    result = subprocess.run(
-        [sys.executable, "bench/bench_analytics.py", "--reset", "--orders", "1000", "--floor-only"],
-        cwd=Path(__file__).resolve().parents[1],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    result = bench_on_unseeded_databases("--reset", "--orders", "1000", "--floor-only")
 
     assert result.returncode == 1
     assert "--floor-only runs the floor on the days --floor names: pass --floor too" in result.stderr
