@@ -4,10 +4,9 @@
 #                                     every test but those marked `alone` (a timing bound), `paired` (seconds of
 #                                     failover or start-up) or `exclusive` (it stops the shared broker) on two
 #                                     pytest-xdist workers per core, each with its own databases, vhost and cache
-#                                     prefix (conftest.py); then the `paired` ones on two workers, each beside one
-#                                     other at most; then the `alone` and `exclusive` ones in one process, with
-#                                     nothing else running (so the broker's stop waits for no other test). ARGS go
-#                                     to every pass.
+#                                     prefix (conftest.py); then the `paired` and `exclusive` ones on two workers,
+#                                     each beside one other at most; then the `alone` ones in one process, with
+#                                     nothing else running. ARGS go to every pass.
 #   TEST_WORKERS=N scripts/test.sh    the first pass on N workers; TEST_WORKERS=0 everything in one pytest process
 # README.md, "Tests", has how long they take here.
 set -euo pipefail
@@ -30,10 +29,10 @@ run_pass() {
     statuses+=("$status")
 }
 run_pass -n "$workers" -m "not alone and not paired and not exclusive" "$@"
-echo "==> The tests marked paired, on $PAIRED workers"
-run_pass -n "$PAIRED" -m "paired" "$@"
-echo "==> The tests marked alone or exclusive, in one process"
-run_pass -m "alone or exclusive" "$@"
+echo "==> The tests marked paired or exclusive, on $PAIRED workers"
+run_pass -n "$PAIRED" -m "paired or exclusive" "$@"
+echo "==> The tests marked alone, in one process"
+run_pass -m "alone" "$@"
 selected=0
 for status in "${statuses[@]}"; do
     if [ "$status" != 0 ] && [ "$status" != "$NOTHING_SELECTED" ]; then

@@ -27,6 +27,7 @@ from orders.models import Order
 from outbox.models import TransactionLog
 from testkit.mariadb_server import MariaDBServer
 from testkit.processes import free_port, service_env
+from testkit.workers import SPARK_PROCESSES_GROUP
 
 DAY = timezone.now().date() - timedelta(days=1)
 TICKS_OF_ROUNDING = 0.05
@@ -160,6 +161,7 @@ def run_bench(tmp_path, *args: str) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group(SPARK_PROCESSES_GROUP)
 def test_the_bench_seeds_a_small_day_and_measures_spark_and_the_baseline_on_the_balanced_day(
     transactional_db, tmp_path
 ):
@@ -179,6 +181,7 @@ def test_the_bench_seeds_a_small_day_and_measures_spark_and_the_baseline_on_the_
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group(SPARK_PROCESSES_GROUP)
 def test_the_bench_plants_faults_and_spark_and_the_baseline_find_exactly_those(transactional_db, tmp_path):
     """Seed and plant (`--kinds planted`), then one Spark run and one baseline run of the planted day: both find
     exactly what was planted."""
@@ -193,6 +196,7 @@ def test_the_bench_plants_faults_and_spark_and_the_baseline_find_exactly_those(t
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group(SPARK_PROCESSES_GROUP)
 def test_the_bench_measures_the_floor_alone_on_the_planted_day(transactional_db, tmp_path):
     """`--floor-only`: one run of the floor (reads, shuffle and one pairing, nothing else) on the planted day, on the
     rows as they are now, its parts timed."""
