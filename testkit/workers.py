@@ -21,8 +21,8 @@ RABBITMQ_CLUSTER_GROUP = "rabbitmq-cluster"
 SPARK_GROUP = "spark"
 # The tests that run the job as operators do, in processes of their own (a JVM each, none shared: the command's tests
 # and the analytics bench's), and the standalone cluster's fixed ports: a group of their own, so they run beside the
-# shared session's tests, not after them, and one at a time: a run's JVM wants both cores, and two of them beside the
-# rest of the first pass took three to four times their idle wall.
+# shared session's tests, not after them, and one at a time: a run's JVM wants both cores, and several of them beside
+# the rest of the first pass starve one another.
 SPARK_PROCESSES_GROUP = "spark-processes"
 # Tests that start a pytest run of their own: every run stops at its start what any interrupted run left running,
 # so one test's run would stop the orphan another test planted for its own run to find.
