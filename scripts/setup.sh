@@ -115,9 +115,9 @@ requirements_state() { cat requirements.txt requirements/*.txt; }
 if ! requirements_state | cmp -s - .venv/.requirements.installed; then
   log "Installing Python packages (requirements.txt)"
   .venv/bin/pip install "${QUIET[@]}" --upgrade pip
-  # No byte-compiling of every installed module (pyspark alone has thousands, most never imported): the venv is its
-  # user's, so each module is compiled once, on its first import, and the install takes half the time.
-  .venv/bin/pip install "${QUIET[@]}" --no-compile -r requirements.txt
+  # Byte-compiled at install (pip's default): with PYTHONDONTWRITEBYTECODE set, as it is on some machines, no import
+  # would ever write a .pyc, and every process would compile what it imports from source at each start.
+  .venv/bin/pip install "${QUIET[@]}" -r requirements.txt
   requirements_state > .venv/.requirements.installed
 fi
 
