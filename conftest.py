@@ -333,6 +333,17 @@ def other_api(other_user) -> APIClient:
 
 
 @pytest.fixture
+def throttle_clock_stopped(monkeypatch) -> float:
+    """Stop the order throttle's clock at now and return it: its windows are fixed, aligned to the clock, so a turn of
+    the window between two of a test's requests would start a new count, and Retry-After counts whole seconds."""
+    from orders.apis import OrderThrottle
+
+    now = time.time()
+    monkeypatch.setattr(OrderThrottle, "timer", lambda self: now)
+    return now
+
+
+@pytest.fixture
 def make_staff_client(make_user):
     """Return a function giving a test client logged in as a new staff user holding `permissions` ("app.codename")."""
 

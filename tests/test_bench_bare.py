@@ -2,14 +2,12 @@
 
 import json
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from django.test import Client, override_settings
 
 from accounts.services import api_token_create
-from orders.apis import OrderThrottle
 from orders.models import IdempotencyKey, Order
 from outbox.models import TransactionLog
 
@@ -57,10 +55,7 @@ def test_a_retry_with_the_same_key_gets_the_same_order(key):
     assert Order.objects.count() == 1
 
 
-def test_refuses_a_bad_token_a_bad_body_and_the_request_over_the_limit(key, monkeypatch):
-    # One window for every request: a minute's turn in between would start a new count.
-    now = time.time()
-    monkeypatch.setattr(OrderThrottle, "timer", lambda self: now)
+def test_refuses_a_bad_token_a_bad_body_and_the_request_over_the_limit(key, throttle_clock_stopped):
     assert post(Client(), "not-a-key", {"goods_name": "mug", "total": 3}).status_code == 401
     assert post(Client(), key, {"goods_name": "", "total": 3}).status_code == 400
     assert post(Client(), key, {"goods_name": "mug", "total": "3"}).status_code == 400

@@ -1,13 +1,11 @@
 """The orders REST API: creation, validation, idempotency over HTTP, access control, check-back, pagination."""
 
 import json
-import time
 
 import pytest
 from rest_framework.test import APIClient
 
 from core.pagination import MAX_PAGE_SIZE
-from orders.apis import OrderThrottle
 from orders.models import Order
 from orders.services import order_create
 from outbox.models import TransactionLog
@@ -170,11 +168,8 @@ def test_the_openapi_document_states_the_idempotency_key_rule(api):
     assert "printable ASCII" in header["description"]
 
 
-def test_rate_limit_answers_429_with_retry_after(api, settings, monkeypatch):
+def test_rate_limit_answers_429_with_retry_after(api, settings, throttle_clock_stopped):
     settings.ORDERS_RATE_LIMIT = "3/minute"
-    # One window for every request: a minute's turn in between would start a new count.
-    now = time.time()
-    monkeypatch.setattr(OrderThrottle, "timer", lambda self: now)
 
     statuses = [post(api, VALID).status_code for _ in range(4)]
     limited = post(api, VALID)

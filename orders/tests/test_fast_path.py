@@ -6,7 +6,6 @@ transaction id, creation time). Requests the fast path does not take must leave 
 """
 
 import json
-import time
 from datetime import timedelta
 
 import pytest
@@ -112,11 +111,10 @@ def test_a_bad_idempotency_key_is_answered_alike(monkeypatch, key, idempotency_k
     assert Order.objects.count() == IdempotencyKey.objects.count() == 0
 
 
-def test_the_throttle_counts_each_request_once_whichever_path_answers(monkeypatch, key, settings):
+def test_the_throttle_counts_each_request_once_whichever_path_answers(
+    monkeypatch, key, settings, throttle_clock_stopped
+):
     settings.ORDERS_RATE_LIMIT = "4/minute"
-    # One window for every request: a minute's turn in between would start a new count.
-    now = time.time()
-    monkeypatch.setattr(apis.OrderThrottle, "timer", lambda self: now)
     statuses = [send(key).status_code, send(key, {"total": 3}).status_code]
     with monkeypatch.context() as drf_only:
         drf_only.setattr(apis, "order_create_fast", lambda request: None)
@@ -127,11 +125,9 @@ def test_the_throttle_counts_each_request_once_whichever_path_answers(monkeypatc
     assert Order.objects.count() == 3
 
 
-def test_a_throttled_order_is_answered_alike(monkeypatch, key, settings):
+def test_a_throttled_order_is_answered_alike(monkeypatch, key, settings, throttle_clock_stopped):
     settings.ORDERS_RATE_LIMIT = "1/minute"
     # One instant for both answers: Retry-After counts whole seconds, which would differ across a second's turn.
-    now = time.time()
-    monkeypatch.setattr(apis.OrderThrottle, "timer", lambda self: now)
     send(key)
 
     fast, slow = both(monkeypatch, lambda: send(key))
