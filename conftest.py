@@ -144,16 +144,10 @@ def pytest_collection_modifyitems(items):
 
 
 def run_order(item: pytest.Item) -> int:
-    """Return where a test goes in a parallel run: the groups, the slow tests, the exclusive ones, the fast ones.
-
-    An exclusive test waits for every other worker's test in flight, and holds back the tests they start meanwhile:
-    it goes once the long tests are under way or done, among fast tests that let it in within a second or two.
-    """
+    """Return where a test goes in a parallel run: the groups, the slow tests, the fast ones."""
     if item.get_closest_marker("xdist_group"):
         return 0
-    if item.get_closest_marker("exclusive"):
-        return 2
-    return 1 if item.get_closest_marker("slow") else 3
+    return 1 if item.get_closest_marker("slow") else 2
 
 
 def module_scoped_fixtures(item: pytest.Item) -> list[str]:
@@ -170,31 +164,17 @@ def services_lock() -> SharedServicesLock:
     return SharedServicesLock(RUN_DIR / "locks")
 
 
-@pytest.fixture(scope="session")
-def shared_services_lock() -> SharedServicesLock:
-    """The lock a test takes exclusively around stopping a service every worker shares (the system broker)."""
-    return services_lock()
-
-
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_protocol(item, nextitem):
-    """Run each test, its fixtures' set-up and tear-down included, holding the shared-services lock shared, so a test
-    that stops a shared service (marked `exclusive`) does it while no other worker is inside a test. Such a test takes
-    the lock itself, exclusively, around the stop. A test marked `alone` holds it exclusively throughout; one marked
-    `paired` too, in a run of more than PAIRED workers (its bounds are measured beside one other test, no more).
-
-    A broker stopped between two tests of this worker reset the connections its Celery app keeps in a pool: they are
-    dropped before the next test, which would otherwise write to one and fail."""
-    if worker_id() is None or item.get_closest_marker("exclusive"):
+    """Run each test, its fixtures' set-up and tear-down included, holding the shared-services lock: exclusively for
+    a test marked `alone`, and for one marked `paired` in a run of more than PAIRED workers (its bounds are measured
+    beside one other test, no more); shared for every other test."""
+    if worker_id() is None:
         return (yield)
     if runs_alone((mark.name for mark in item.iter_markers()), worker_count()):
         with services_lock().exclusive():
             return (yield)
-    with services_lock().shared() as disturbed:
-        if disturbed:
-            from testkit.queues import broker_connections_drop
-
-            broker_connections_drop()
+    with services_lock().shared():
         return (yield)
 
 

@@ -18,13 +18,16 @@
 # Each node has its own name (csN@localhost), AMQP port (BASE_PORT+N, default 5701..5703), Erlang distribution port
 # (DIST_BASE_PORT+N, 25701..25703), data, log and config under DIR/csN, no plugins (so no management listener
 # clashes), and an Erlang cookie of its own in DIR/home: a cluster started here can never join, or be joined by,
-# the system node. The recipe for real machines is the same: per node one rabbitmq.conf and one cookie shared by the
+# the system node. RABBITMQ_CLUSTER_SIZE=1 makes it a broker of one node, and RABBITMQ_CLUSTER_NAME another prefix
+# than cs for the node names, which every node on the machine must have to itself (one test's private broker
+# beside the three-node cluster). The recipe for real machines is the same: per node one rabbitmq.conf and one cookie shared by the
 # cluster, then `rabbitmqctl join_cluster` on every node but the first.
 set -euo pipefail
 
 BASE_PORT=${RABBITMQ_CLUSTER_BASE_PORT:-5700}
 DIST_BASE_PORT=${RABBITMQ_CLUSTER_DIST_BASE_PORT:-25700}
-NODES=(1 2 3)
+NAME=${RABBITMQ_CLUSTER_NAME:-cs}
+mapfile -t NODES < <(seq "${RABBITMQ_CLUSTER_SIZE:-3}")
 # The Debian package's wrappers under /usr/sbin switch to the rabbitmq user, whose HOME and cookie are the system
 # node's; the scripts behind them run as whoever calls them.
 RABBITMQ_BIN=${RABBITMQ_BIN:-/usr/lib/rabbitmq/bin}
@@ -32,11 +35,11 @@ START_TIMEOUT=${RABBITMQ_CLUSTER_START_TIMEOUT:-120}
 
 usage() { sed -n '2,16p' "$0" >&2; exit 2; }
 
-node_name() { echo "cs$1@localhost"; }
+node_name() { echo "$NAME$1@localhost"; }
 
 # Everything rabbitmq-server and rabbitmqctl read, for node $2 of cluster $1.
 node_env() {
-  local dir=$1 n=$2 node_dir="$1/cs$2"
+  local dir=$1 n=$2 node_dir="$1/$NAME$2"
   echo HOME="$dir/home" \
     RABBITMQ_NODENAME="$(node_name "$n")" \
     RABBITMQ_NODE_IP_ADDRESS=127.0.0.1 \
@@ -78,8 +81,8 @@ prepare() {
   : >"$dir/rabbitmq-env.conf"
   echo "[]." >"$dir/enabled_plugins"
   for n in "${NODES[@]}"; do
-    mkdir -p "$dir/cs$n/log"
-    cat >"$dir/cs$n/rabbitmq.conf" <<EOF
+    mkdir -p "$dir/$NAME$n/log"
+    cat >"$dir/$NAME$n/rabbitmq.conf" <<EOF
 listeners.tcp.1 = 127.0.0.1:$((BASE_PORT + n))
 # A node that sees a minority of the cluster stops serving clients, who fail over to the majority side.
 cluster_partition_handling = pause_minority
@@ -88,7 +91,7 @@ EOF
 }
 
 node_pid() {
-  local pid_file="$1/cs$2/pid"
+  local pid_file="$1/$NAME$2/pid"
   local pid
   pid=$(cat "$pid_file" 2>/dev/null) && [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && echo "$pid"
 }
@@ -96,13 +99,13 @@ node_pid() {
 start_node() {
   local dir=$1 n=$2
   if node_pid "$dir" "$n" >/dev/null; then
-    echo "cs$n already running (pid $(node_pid "$dir" "$n"))"
+    echo "$NAME$n already running (pid $(node_pid "$dir" "$n"))"
     return
   fi
-  rm -f "$dir/cs$n/pid"
+  rm -f "$dir/$NAME$n/pid"
   eval env "$(node_env "$dir" "$n")" setsid "$RABBITMQ_BIN/rabbitmq-server" \
-    '>>"$dir/cs$n/log/stdout.log"' '2>&1' '</dev/null' '&'
-  echo $! >"$dir/cs$n/launcher.pid"
+    '>>"$dir/$NAME$n/log/stdout.log"' '2>&1' '</dev/null' '&'
+  echo $! >"$dir/$NAME$n/launcher.pid"
 }
 
 await_node() {
@@ -111,18 +114,18 @@ await_node() {
   # stop waiting when the node died starting (a port or node name in use, say).
   for _ in $(seq $((START_TIMEOUT * 2))); do
     node_pid "$dir" "$n" >/dev/null && break
-    if ! kill -0 "$(cat "$dir/cs$n/launcher.pid")" 2>/dev/null; then
-      echo "cs$n exited while starting:" >&2
-      tail -n 3 "$dir/cs$n/log/stdout.log" >&2
+    if ! kill -0 "$(cat "$dir/$NAME$n/launcher.pid")" 2>/dev/null; then
+      echo "$NAME$n exited while starting:" >&2
+      tail -n 3 "$dir/$NAME$n/log/stdout.log" >&2
       exit 1
     fi
     sleep 0.5
   done
   if ! ctl "$dir" "$n" -q -t "$START_TIMEOUT" await_startup >/dev/null; then
-    echo "cs$n did not start; see $dir/cs$n/log" >&2
+    echo "$NAME$n did not start; see $dir/$NAME$n/log" >&2
     exit 1
   fi
-  echo "cs$n up (pid $(node_pid "$dir" "$n"), amqp port $((BASE_PORT + n)))"
+  echo "$NAME$n up (pid $(node_pid "$dir" "$n"), amqp port $((BASE_PORT + n)))"
 }
 
 in_cluster() {
@@ -137,10 +140,10 @@ broker_url() {
 
 signal_node() {
   local dir=$1 n=$2 signal=$3 pid
-  pid=$(node_pid "$dir" "$n") || { echo "cs$n is not running"; return 0; }
+  pid=$(node_pid "$dir" "$n") || { echo "$NAME$n is not running"; return 0; }
   kill "-$signal" "$pid"
-  for _ in $(seq 120); do kill -0 "$pid" 2>/dev/null || { echo "cs$n stopped ($signal)"; return 0; }; sleep 0.5; done
-  echo "cs$n (pid $pid) still running after SIG$signal" >&2
+  for _ in $(seq 120); do kill -0 "$pid" 2>/dev/null || { echo "$NAME$n stopped ($signal)"; return 0; }; sleep 0.5; done
+  echo "$NAME$n (pid $pid) still running after SIG$signal" >&2
   return 1
 }
 
@@ -161,8 +164,8 @@ case "$command" in
         ctl "$dir" "$n" -q reset
         ctl "$dir" "$n" -q join_cluster "$(node_name 1)"
         ctl "$dir" "$n" -q start_app
-      } >>"$dir/cs$n/log/cli.log" 2>&1 || { echo "cs$n could not join; see $dir/cs$n/log/cli.log" >&2; exit 1; }
-      echo "cs$n joined $(node_name 1)"
+      } >>"$dir/$NAME$n/log/cli.log" 2>&1 || { echo "$NAME$n could not join; see $dir/$NAME$n/log/cli.log" >&2; exit 1; }
+      echo "$NAME$n joined $(node_name 1)"
     done
     broker_url
     ;;

@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # Run the tests against the real MariaDB, RabbitMQ and Redis (setting them up first if needed).
 #   scripts/test.sh [PYTEST ARGS...]  the whole suite (or the tests ARGS select), as CI runs it, in three passes:
-#                                     every test but those marked `alone` (a timing bound), `paired` (seconds of
-#                                     failover or start-up) or `exclusive` (it stops the shared broker) on two
-#                                     pytest-xdist workers per core, each with its own databases, vhost and cache
-#                                     prefix (conftest.py); then the `paired` and `exclusive` ones on two workers,
-#                                     each beside one other at most; then the `alone` ones in one process, with
-#                                     nothing else running. ARGS go to every pass.
+#                                     every test but those marked `alone` (a timing bound) or `paired` (seconds of
+#                                     failover or start-up) on two pytest-xdist workers per core, each with its own
+#                                     databases, vhost and cache prefix (conftest.py); then the `paired` ones on two
+#                                     workers, each beside one other at most; then the `alone` ones in one process,
+#                                     with nothing else running. ARGS go to every pass.
 #   TEST_WORKERS=N scripts/test.sh    the first pass on N workers; TEST_WORKERS=0 everything in one pytest process
 # README.md, "Tests", has how long they take here.
 set -euo pipefail
@@ -28,9 +27,9 @@ run_pass() {
     .venv/bin/pytest --create-db "$@" || status=$?
     statuses+=("$status")
 }
-run_pass -n "$workers" -m "not alone and not paired and not exclusive" "$@"
-echo "==> The tests marked paired or exclusive, on $PAIRED workers"
-run_pass -n "$PAIRED" -m "paired or exclusive" "$@"
+run_pass -n "$workers" -m "not alone and not paired" "$@"
+echo "==> The tests marked paired, on $PAIRED workers"
+run_pass -n "$PAIRED" -m "paired" "$@"
 echo "==> The tests marked alone, in one process"
 run_pass -m "alone" "$@"
 selected=0

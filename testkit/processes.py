@@ -158,14 +158,25 @@ def stop_processes(
 
 
 def cluster_script(
-    script: Path, command: str, directory: Path, *args: str, timeout: float = 300, check: bool = True
+    script: Path,
+    command: str,
+    directory: Path,
+    *args: str,
+    timeout: float = 300,
+    check: bool = True,
+    env: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess:
-    """Run a command of scripts/mariadb_cluster.sh or scripts/rabbitmq_cluster.sh on the cluster in `directory`.
+    """Run a command of scripts/mariadb_cluster.sh or scripts/rabbitmq_cluster.sh on the cluster in `directory`,
+    with `env`'s variables over this process's environment.
 
     With `check`, a command that fails raises with what it printed; without, its exit status is the answer (`pid`).
     """
     result = subprocess.run(
-        [str(script), command, str(directory), *args], capture_output=True, text=True, timeout=timeout
+        [str(script), command, str(directory), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
     )
     if check and result.returncode != 0:
         raise RuntimeError(f"{script.name} {' '.join((command, *args))} failed:\n{result.stdout}\n{result.stderr}")

@@ -1,13 +1,15 @@
-"""A three-node RabbitMQ cluster for the tests and the soak, driven through scripts/rabbitmq_cluster.sh (the recipe)."""
+"""A three-node RabbitMQ cluster for the tests and the soak, driven through scripts/rabbitmq_cluster.sh (the recipe);
+and a broker of one node a test may stop, beside the system broker every test worker shares."""
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from kombu import Connection
 
 from config.celery import task_queues
 from core.contract import ANALYTICS_QUEUE, QUEUE_TYPE_QUORUM
-from testkit.processes import cluster_script
+from testkit.processes import cluster_script, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "scripts" / "rabbitmq_cluster.sh"
@@ -16,12 +18,16 @@ NODES = (1, 2, 3)
 
 @dataclass
 class RabbitCluster:
-    """Nodes cs1..cs3 with their data under `directory`; each started, killed and stopped by pid by the script."""
+    """Nodes cs1..cs3 with their data under `directory`; each started, killed and stopped by pid by the script.
+
+    `script_env` sets the script's variables for another shape: one node, other names and ports (`private_broker`).
+    """
 
     directory: Path
+    script_env: dict[str, str] = field(default_factory=dict)
 
     def run(self, *args: str, timeout: float = 300) -> str:
-        return cluster_script(SCRIPT, args[0], self.directory, *args[1:], timeout=timeout).stdout
+        return cluster_script(SCRIPT, args[0], self.directory, *args[1:], timeout=timeout, env=self.script_env).stdout
 
     def start(self) -> None:
         self.run("start")
@@ -52,7 +58,9 @@ class RabbitCluster:
         self.run("await-quorum", str(node), str(seconds), timeout=seconds + 60)
 
     def running(self, node: int) -> bool:
-        return cluster_script(SCRIPT, "pid", self.directory, str(node), check=False).returncode == 0
+        return (
+            cluster_script(SCRIPT, "pid", self.directory, str(node), check=False, env=self.script_env).returncode == 0
+        )
 
     def ensure_running(self) -> None:
         """Start any node a test left stopped."""
@@ -73,6 +81,11 @@ class RabbitCluster:
         lines = self.ctl(node, "-q", "list_queues", "name", "messages", "--no-table-headers").splitlines()
         return {name: int(count) for name, count in (line.split() for line in lines if line.strip())}
 
+    def queue_consumers(self, node: int = 1) -> dict[str, int]:
+        """Return every queue's consumer count."""
+        lines = self.ctl(node, "-q", "list_queues", "name", "consumers", "--no-table-headers").splitlines()
+        return {name: int(count) for name, count in (line.split() for line in lines if line.strip())}
+
     def queue_types(self, node: int = 1) -> dict[str, str]:
         lines = self.ctl(node, "-q", "list_queues", "name", "type", "--no-table-headers").splitlines()
         return dict(line.split() for line in lines if line.strip())
@@ -86,3 +99,18 @@ class RabbitCluster:
                     channel.queue_delete(queue.name)
             for queue in task_queues(queue_type=QUEUE_TYPE_QUORUM, max_retries=max_retries):
                 queue(channel).declare()
+
+
+def private_broker(directory: Path) -> RabbitCluster:
+    """Return a broker of one node under `directory` (not started), on free ports and with a node name of this
+    process's own: a test may stop it while every other test worker goes on using the system broker."""
+    return RabbitCluster(
+        directory,
+        script_env={
+            "RABBITMQ_CLUSTER_SIZE": "1",
+            "RABBITMQ_CLUSTER_NAME": f"private{os.getpid()}-",
+            # Node 1's ports are BASE + 1: the free ports found here.
+            "RABBITMQ_CLUSTER_BASE_PORT": str(free_port() - 1),
+            "RABBITMQ_CLUSTER_DIST_BASE_PORT": str(free_port() - 1),
+        },
+    )

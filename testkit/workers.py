@@ -3,8 +3,10 @@
 Each worker gets its own test databases (pytest-django suffixes their names with the worker id), its own RabbitMQ
 vhost and its own cache key prefix in Redis (conftest.py, `worker_services`), and every port it opens comes from
 `testkit.processes.free_port`. Tests on fixed ports (the RabbitMQ and Spark clusters) or one JVM (the shared
-SparkSession) run on one worker by `xdist_group`. What cannot be made private is the system broker itself: a test
-that stops it takes `SharedServicesLock` exclusively, every other test takes it shared.
+SparkSession) run on one worker by `xdist_group`; a test that stops a broker stops one of its own
+(testkit/rabbitmq_cluster.py, `private_broker`). A test whose bounds are timings measured with at most one other test
+beside it holds `SharedServicesLock` exclusively where more would run (`runs_alone`); every other test holds it
+shared.
 """
 
 import contextlib
@@ -68,40 +70,24 @@ class SharedServicesLock:
     Readers take the data lock shared; a writer takes it exclusively. flock favours no one, so a writer waiting behind
     a stream of overlapping readers could wait for the whole run: a writer first holds the turnstile, which every
     reader passes through before it takes the data lock, so readers that arrive after a writer wait behind it.
-
-    A writer disturbs what the others keep between their tests (a connection to the broker it stopped, pooled in the
-    worker's Celery app): each writer counts one more disturbance in a third file, and `shared()` says whether the
-    count moved since this object last looked.
     """
 
     def __init__(self, directory: Path):
         directory.mkdir(parents=True, exist_ok=True)
         self.turnstile_path = directory / "shared-services.turnstile"
         self.data_path = directory / "shared-services.lock"
-        self.disturbances_path = directory / "shared-services.disturbances"
-        self._disturbances_seen = self._disturbances()
 
     @contextlib.contextmanager
-    def shared(self) -> Iterator[bool]:
-        """Hold the lock shared; yield whether a writer disturbed the shared services since this object last looked."""
+    def shared(self) -> Iterator[None]:
+        """Hold the lock shared."""
         with self._locked(fcntl.LOCK_SH, hold_turnstile=False):
-            seen, self._disturbances_seen = self._disturbances_seen, self._disturbances()
-            yield self._disturbances_seen != seen
+            yield
 
     @contextlib.contextmanager
     def exclusive(self) -> Iterator[None]:
-        """Hold the lock exclusively, while no other worker is inside a test; count a disturbance."""
+        """Hold the lock exclusively, while no other worker is inside a test."""
         with self._locked(fcntl.LOCK_EX, hold_turnstile=True):
-            try:
-                yield
-            finally:
-                self.disturbances_path.write_text(str(self._disturbances() + 1))
-
-    def _disturbances(self) -> int:
-        try:
-            return int(self.disturbances_path.read_text() or 0)
-        except FileNotFoundError:
-            return 0
+            yield
 
     @contextlib.contextmanager
     def _locked(self, mode: int, *, hold_turnstile: bool) -> Iterator[None]:
