@@ -298,23 +298,35 @@ def fetch_differences(
     leaves: list[tuple[int, int]],
     dead_letter_orders: DataFrame,
 ) -> Fetched:
-    """Read the rows of the users and leaves that disagree, and those no segment covers."""
+    """Read the rows of the users and leaves that disagree, and those no segment covers.
+
+    Every order read comes with its outbox rows and credits, whichever segment named it: else the checks would name
+    each as a candidate, and the look-ups read them after all (analytics/lookups.py) and run the checks again.
+    """
     start, end = period.start, period.end
     user_ranges = _as_ranges(users.select(F.col("user_id").alias("id")))
     dead_ranges = _as_ranges(dead_letter_orders.select(F.col("order_id").alias("id")).where(F.col("id").isNotNull()))
     lo, hi = span.low, span.high
     wanted = users.select("user_id")
+    # Order ids read for their ranges (outbox leaves, dead letters): the same ranges on every table.
+    id_ranges = leaves + dead_ranges
 
     def of_users(frames: list[DataFrame]) -> list[DataFrame]:
         # A user's rows are read by ranges of user ids; rows of users between the wanted ones are dropped here.
         return [df.join(wanted, "user_id", "left_semi") for df in frames]
 
-    orders = [
-        *of_users(
+    users_orders = [
+        extract.conform(df, ORDERS_SCHEMA)
+        for df in of_users(
             _fetch(spark, sources.orders, extract.ORDERS, user_ranges, lambda p: segment_sql.orders_of_users(lo, hi, p))
-        ),
-        *_fetch(spark, sources.orders, extract.ORDERS, leaves, segment_sql.orders_in),
-        *_fetch(spark, sources.orders, extract.ORDERS, dead_ranges, segment_sql.orders_in),
+        )
+    ]
+    orders = [
+        *users_orders,
+        *[
+            extract.conform(df, ORDERS_SCHEMA)
+            for df in _fetch(spark, sources.orders, extract.ORDERS, id_ranges, segment_sql.orders_in)
+        ],
     ]
     credits = [
         *of_users(
@@ -322,6 +334,7 @@ def fetch_differences(
                 spark, sources.credits, extract.CREDITS, user_ranges, lambda p: segment_sql.credits_of_users(lo, hi, p)
             )
         ),
+        *_fetch(spark, sources.credits, extract.CREDITS, id_ranges, segment_sql.credits_in),
         *_fetch(
             spark,
             sources.credits,
@@ -331,16 +344,32 @@ def fetch_differences(
         ),
     ]
     logs = [
-        *_fetch(spark, sources.orders, extract.LOGS, leaves, segment_sql.logs_in),
-        *_fetch(
-            spark, sources.orders, extract.LOGS, [0], lambda _: segment_sql.late_logs(lo, hi, start, end, span.log_keys)
-        ),
-        *_fetch(spark, sources.orders, extract.LOGS, [0], lambda _: segment_sql.unpublished_logs(start, end)),
+        extract.conform_logs(df)
+        for df in [
+            *_fetch(spark, sources.orders, extract.LOGS, id_ranges, segment_sql.logs_in),
+            *_fetch(
+                spark,
+                sources.orders,
+                extract.LOGS,
+                [0],
+                lambda _: segment_sql.late_logs(lo, hi, start, end, span.log_keys),
+            ),
+            *_fetch(spark, sources.orders, extract.LOGS, [0], lambda _: segment_sql.unpublished_logs(start, end)),
+        ]
     ]
+    for users_of in users_orders:
+        # The outbox rows of the users' orders, by ranges of those orders' ids (the outbox has no user id): the
+        # orders are cached, read once, and the rows of ids between theirs dropped.
+        users_of = users_of.cache()
+        ids = users_of.select(F.col("id").alias("order_id"))
+        logs += [
+            extract.conform_logs(df).join(ids, "order_id", "left_semi")
+            for df in _fetch(spark, sources.orders, extract.LOGS, _as_ranges(users_of), segment_sql.logs_in)
+        ]
     return Fetched(
-        orders=_union([extract.conform(df, ORDERS_SCHEMA) for df in orders], spark, ORDERS_SCHEMA),
+        orders=_union(orders, spark, ORDERS_SCHEMA),
         credits=_union([extract.conform(df, CREDITS_SCHEMA) for df in credits], spark, CREDITS_SCHEMA),
-        logs=_union([extract.conform_logs(df) for df in logs], spark, None),
+        logs=_union(logs, spark, None),
     )
 
 
