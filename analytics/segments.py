@@ -358,8 +358,9 @@ def fetch_differences(
         ]
     ]
     for users_of in users_orders:
-        # The outbox rows of the users' orders, by ranges of those orders' ids (the outbox has no user id): the
-        # orders are cached, read once, and the rows of ids between theirs dropped.
+        # The outbox rows of the users' orders, by ranges of those orders' ids (the outbox has no user id). The
+        # orders are cached: the ranges and the frame read them once. Wide ranges also read rows of other orders,
+        # which the semi-join drops.
         users_of = users_of.cache()
         ids = users_of.select(F.col("id").alias("order_id"))
         logs += [

@@ -20,8 +20,8 @@
 # clashes), and an Erlang cookie of its own in DIR/home: a cluster started here can never join, or be joined by,
 # the system node. RABBITMQ_CLUSTER_SIZE=1 makes it a broker of one node, and RABBITMQ_CLUSTER_NAME another prefix
 # than cs for the node names, which every node on the machine must have to itself (one test's private broker
-# beside the three-node cluster). The recipe for real machines is the same: per node one rabbitmq.conf and one cookie shared by the
-# cluster, then `rabbitmqctl join_cluster` on every node but the first.
+# beside the three-node cluster). The recipe for real machines is the same: per node one rabbitmq.conf and one
+# cookie shared by the cluster, then `rabbitmqctl join_cluster` on every node but the first.
 set -euo pipefail
 
 BASE_PORT=${RABBITMQ_CLUSTER_BASE_PORT:-5700}

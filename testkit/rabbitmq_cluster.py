@@ -78,12 +78,14 @@ class RabbitCluster:
 
     def queue_messages(self, node: int = 1) -> dict[str, int]:
         """Return every queue's message count (ready and unacknowledged)."""
-        lines = self.ctl(node, "-q", "list_queues", "name", "messages", "--no-table-headers").splitlines()
-        return {name: int(count) for name, count in (line.split() for line in lines if line.strip())}
+        return self._queue_counts(node, "messages")
 
     def queue_consumers(self, node: int = 1) -> dict[str, int]:
         """Return every queue's consumer count."""
-        lines = self.ctl(node, "-q", "list_queues", "name", "consumers", "--no-table-headers").splitlines()
+        return self._queue_counts(node, "consumers")
+
+    def _queue_counts(self, node: int, column: str) -> dict[str, int]:
+        lines = self.ctl(node, "-q", "list_queues", "name", column, "--no-table-headers").splitlines()
         return {name: int(count) for name, count in (line.split() for line in lines if line.strip())}
 
     def queue_types(self, node: int = 1) -> dict[str, str]:
