@@ -46,8 +46,8 @@ def credit_messages(order_ids: list[int]) -> list:
 def broker(tmp_path_factory):
     """A broker of one node for this test alone: stopping it disturbs no other test worker."""
     node = private_broker(tmp_path_factory.mktemp("broker"))
-    node.start()
     try:
+        node.start()
         purge_queues(node.broker_url)
         yield node
     finally:
