@@ -293,12 +293,6 @@ def orders_in(ranges: list[tuple[int, int]]) -> str:
     return " OR ".join(f"({between(o['id'], lo, hi)})" for lo, hi in ranges)
 
 
-def credits_in(ranges: list[tuple[int, int]]) -> str:
-    """Credits of the orders with ids in these (inclusive) ranges."""
-    c = tables().credit
-    return " OR ".join(f"({between(c['order_id'], lo, hi)})" for lo, hi in ranges)
-
-
 def logs_in(ranges: list[tuple[int, int]]) -> str:
     log = tables().log
     return " OR ".join(f"({_text_ranges(log['foreign_key'], lo, hi)} AND {log_covered(lo, hi)})" for lo, hi in ranges)

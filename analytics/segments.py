@@ -334,7 +334,8 @@ def fetch_differences(
                 spark, sources.credits, extract.CREDITS, user_ranges, lambda p: segment_sql.credits_of_users(lo, hi, p)
             )
         ),
-        *_fetch(spark, sources.credits, extract.CREDITS, id_ranges, segment_sql.credits_in),
+        # What the look-ups read credits by: their order ids, in ranges.
+        *_present(extract.read_missing(spark, sources.credits, extract.CREDITS, column="order_id", ranges=id_ranges)),
         *_fetch(
             spark,
             sources.credits,
@@ -372,6 +373,10 @@ def fetch_differences(
         credits=_union([extract.conform(df, CREDITS_SCHEMA) for df in credits], spark, CREDITS_SCHEMA),
         logs=_union(logs, spark, None),
     )
+
+
+def _present(df: DataFrame | None) -> list[DataFrame]:
+    return [] if df is None else [df]
 
 
 def _as_ranges(ids: DataFrame) -> list[tuple[int, int]]:

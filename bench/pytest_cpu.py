@@ -1,6 +1,6 @@
 """A pytest plugin: each test's wall time and the host's CPU meanwhile, one JSON line per test.
 
-    .venv/bin/pytest -p bench.pytest_cpu -m "slow and not alone and not paired and not exclusive"
+    .venv/bin/pytest -p bench.pytest_cpu -m "slow and not alone and not paired"
     python bench/pytest_cpu.py [FILE]     # the costliest tests and modules of a run
 
 Around each test (setup, call and teardown) it reads the host's busy CPU seconds (/proc/stat, every process: the

@@ -48,7 +48,6 @@ CONDITIONS = {
     "orders of users": (Order, lambda: segment_sql.orders_of_users(1, 10, [(1, 3), (7, 7)])),
     "credits of users": (OrderCredit, lambda: segment_sql.credits_of_users(1, 10, [(1, 3)])),
     "orders in ranges": (Order, lambda: segment_sql.orders_in([(1, 3), (9, 12)])),
-    "credits in ranges": (OrderCredit, lambda: segment_sql.credits_in([(1, 3), (9, 12)])),
     "outbox rows in ranges": (TransactionLog, lambda: segment_sql.logs_in([(8, 12)])),
 }
 
