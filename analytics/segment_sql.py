@@ -7,11 +7,11 @@ come from the models' `_meta` (never typed by hand; analytics/tests/test_segment
 and every value in them is an integer or a UTC timestamp this module formats itself.
 
 The row hash: 60 bits from two CRC32s, of the text and of the text reversed (`(CRC32(t) << 28) ^ CRC32(REVERSE(t))`),
-over text both sides form identically:
-orders `<id>:<2 x total>`, credits `<order_id>:<amount>`. Its SUM is an exact DECIMAL, so a segment agrees only if
-its rows pair up; unlike a count and a sum, it sees amounts swapped between two orders, and a missing credit plus an
-orphan whose order ids sum alike. A second hash over `<id>:<microseconds of the instant>` pairs an order's
-created_at with its credit's ordered_at, for users whose credits all carry one.
+over text both sides form identically: orders `<id>:<2 x total>`, credits `<order_id>:<amount>`. Its SUM is an exact
+DECIMAL (sent reduced modulo 2^60), so a segment agrees only if its rows pair up; unlike a count and a sum, it sees
+amounts swapped between two orders, and a missing credit plus an orphan whose order ids sum alike. A second hash over
+`<id>:<microseconds of the instant>` pairs an order's created_at with its credit's ordered_at, for users whose
+credits all carry one.
 """
 
 from dataclasses import dataclass
@@ -32,6 +32,11 @@ _CANONICAL_KEY = "^[1-9][0-9]{0,17}$"
 # The per-user aggregates have as many groups as the period has users: grouping by a sort of the rows costs the
 # server less than its in-memory temporary table does at that many groups (MariaDB picks the table unless told).
 MANY_GROUPS = "SQL_BIG_RESULT"
+# A hash sum travels reduced modulo 2^60 and in base 36: 12 characters at most, where the exact sum takes 20 decimal
+# digits, and it is most of an aggregate row's bytes. Two segments whose rows differ still agree only by a chance
+# of one in 2^60, the row hash's own; Spark reduces its sums of them, and of fetched rows, the same way.
+HASH_MODULUS = 2**60
+HASH_BASE = 36
 
 
 def _columns(model, *names: str) -> dict[str, str]:
@@ -90,8 +95,9 @@ def micros(column: str) -> str:
 
 
 def exact_sum(expression: str) -> str:
-    # Below 2^60 a row, so DECIMAL(38,0) holds the sum of 10^19 rows; Spark reads it as an exact decimal.
-    return f"CAST(SUM({expression}) AS DECIMAL(38,0))"
+    """The sum of row hashes, exact, reduced modulo HASH_MODULUS and written in base HASH_BASE (NULL for no rows)."""
+    # Below 2^60 a row, so DECIMAL(38,0) holds the sum of 10^19 rows exactly before it is reduced.
+    return f"CONV(CAST(SUM({expression}) AS DECIMAL(38,0)) MOD {HASH_MODULUS}, 10, {HASH_BASE})"
 
 
 def between(column: str, low: int, high: int) -> str:

@@ -66,10 +66,35 @@ class Span:
     log_keys: tuple | None = None
 
 
+# The aggregates' columns that hold hash sums, which the databases send in base segment_sql.HASH_BASE.
+HASH_COLUMNS = ("checksum", "dated")
+
+
 def read_sql(spark: SparkSession, source: jdbc.JdbcSource, sql: str) -> DataFrame:
-    """Read a statement's result as a `dbtable` subquery (one partition: aggregates are small)."""
+    """Read a statement's result as a `dbtable` subquery (one partition: aggregates are small), its hash sums as
+    decimals."""
     properties = {k: v for k, v in source.options().items() if k != "url"}
-    return spark.read.jdbc(source.url, f"({sql}) AS segment", properties=properties)
+    df = spark.read.jdbc(source.url, f"({sql}) AS segment", properties=properties)
+    return df.select(
+        *[
+            F.conv(c, segment_sql.HASH_BASE, 10).cast("decimal(38,0)").alias(c) if c in HASH_COLUMNS else c
+            for c in df.columns
+        ]
+    )
+
+
+def hash_total(hashes: Column) -> Column:
+    """The sum of row hashes or of hash sums, reduced as the databases reduce theirs (segment_sql.exact_sum)."""
+    return F.pmod(F.sum(hashes), F.lit(segment_sql.HASH_MODULUS).cast("decimal(38,0)"))
+
+
+def per_user(orders_per_user: DataFrame) -> DataFrame:
+    """The orders' aggregates per user and day summed over the days."""
+    return orders_per_user.groupBy("user_id").agg(
+        F.sum("rows").alias("rows"),
+        F.sum("amount").alias("amount"),
+        *[hash_total(F.col(c)).alias(c) for c in HASH_COLUMNS],
+    )
 
 
 def span_of(plan: extract.WindowPlan) -> Span:
@@ -122,8 +147,8 @@ def compare_users(orders_per_user: DataFrame, credits_per_user: DataFrame) -> Da
     them do and their ordered_at hash matches the orders' created_at hash (a user with older credits mixed in is
     fetched: only its rows can tell which credit is which).
     """
-    o = orders_per_user.groupBy("user_id").agg(
-        *[F.sum(c).alias(f"o_{c}") for c in ("rows", "amount", "checksum", "dated")]
+    o = per_user(orders_per_user).select(
+        "user_id", *[F.col(c).alias(f"o_{c}") for c in ("rows", "amount", *HASH_COLUMNS)]
     )
     c = credits_per_user.select("user_id", *[F.col(n).alias(f"c_{n}") for n in credits_per_user.columns[1:]])
     dated_ok = (F.coalesce(F.col("c_dated_rows"), F.lit(0)) == 0) | (
@@ -150,7 +175,8 @@ def recompute_users(orders: DataFrame, credits: DataFrame, span: Span) -> tuple[
         return F.shiftleft(F.crc32(text), 28).bitwiseXOR(F.crc32(F.reverse(text))).cast("decimal(20,0)")
 
     def pair(left: str, right: Column) -> Column:
-        return F.concat_ws(":", F.col(left).cast("string"), right.cast("string"))
+        # NULL when either side is, as the databases' CONCAT is: a credit without ordered_at adds nothing to `dated`.
+        return F.concat(F.col(left).cast("string"), F.lit(":"), right.cast("string"))
 
     def micros(column: str) -> Column:
         return F.unix_micros(F.col(column))
@@ -162,8 +188,8 @@ def recompute_users(orders: DataFrame, credits: DataFrame, span: Span) -> tuple[
         .agg(
             F.count("*").alias("rows"),
             F.sum(F.col("total") * 2).alias("amount"),
-            F.sum(hashed(pair("id", F.col("total") * 2))).cast("decimal(38,0)").alias("checksum"),
-            F.sum(hashed(pair("id", micros("created_at")))).cast("decimal(38,0)").alias("dated"),
+            hash_total(hashed(pair("id", F.col("total") * 2))).alias("checksum"),
+            hash_total(hashed(pair("id", micros("created_at")))).alias("dated"),
         )
     )
     c = (
@@ -172,9 +198,9 @@ def recompute_users(orders: DataFrame, credits: DataFrame, span: Span) -> tuple[
         .agg(
             F.count("*").alias("rows"),
             F.sum("total").alias("amount"),
-            F.sum(hashed(pair("order_id", F.col("total")))).cast("decimal(38,0)").alias("checksum"),
+            hash_total(hashed(pair("order_id", F.col("total")))).alias("checksum"),
             F.count("ordered_at").alias("dated_rows"),
-            F.sum(hashed(pair("order_id", micros("ordered_at")))).cast("decimal(38,0)").alias("dated"),
+            hash_total(hashed(pair("order_id", micros("ordered_at")))).alias("dated"),
         )
     )
     return o, c
@@ -185,7 +211,7 @@ def audit_mismatches(
 ) -> DataFrame:
     """Audited users whose aggregates in a database differ from the same aggregates of their fetched rows."""
     (db_orders, db_credits), (rows_orders, rows_credits) = database, fetched
-    db_orders = db_orders.groupBy("user_id").agg(*[F.sum(c).alias(c) for c in ("rows", "amount", "checksum", "dated")])
+    db_orders = per_user(db_orders)
 
     def differing(db: DataFrame, rows: DataFrame) -> DataFrame:
         columns = [c for c in db.columns if c != "user_id"]

@@ -86,8 +86,12 @@ def test_both_sides_hash_the_same_text_to_the_same_exact_sum():
     [(credit_side,)] = run(OrderCredit, f"SELECT {segment_sql.row_hash(repr(text))}")
     expected = (zlib.crc32(text.encode()) << 28) ^ zlib.crc32(text[::-1].encode())
     assert order_side == credit_side == expected < 2**60
-    [(total,)] = run(Order, f"SELECT {segment_sql.exact_sum('x')} FROM (SELECT {2**60 - 1} AS x UNION ALL SELECT 1) t")  # noqa: S608
-    assert total == 2**60
+    # Summed exactly, then reduced modulo 2^60 and written in base 36: (2^60 - 1) + (2^60 - 1) + 3 is 2^61 + 1.
+    rows = f"SELECT {2**60 - 1} AS x UNION ALL SELECT {2**60 - 1} UNION ALL SELECT 3"
+    [(total,)] = run(Order, f"SELECT {segment_sql.exact_sum('x')} FROM ({rows}) t")  # noqa: S608
+    assert total == "1"
+    [(largest,)] = run(Order, f"SELECT {segment_sql.exact_sum('x')} FROM (SELECT {2**60 - 1} AS x) t")  # noqa: S608
+    assert int(largest, segment_sql.HASH_BASE) == 2**60 - 1 and len(largest) == 12
 
 
 def test_a_key_span_narrows_a_scan_by_time_to_a_key_range():
