@@ -12,7 +12,7 @@ healthy day none does: the candidates are the violations themselves.
 
 from dataclasses import dataclass, replace
 
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
 from analytics import extract, jdbc
@@ -111,22 +111,38 @@ def look_up_missing(
 
 def candidate_ranges(candidates: DataFrame, max_ranges: int = MAX_RANGES) -> dict[str, list[tuple[int, int]]]:
     """Return, per kind, inclusive id ranges covering every candidate: one per id while a kind has at most
-    `max_ranges` candidates, else `max_ranges` equal slices of its ids' span, each narrowed to the ids in it.
+    `max_ranges` distinct candidates, else `max_ranges` equal slices of its ids' span, each narrowed to the ids in it.
+
+    One Spark job brings each kind's first `max_ranges` + 1 ids, which is all of them on nearly every run; only a
+    kind with more (a day whose credits all failed) takes two more jobs, for its slices.
     """
-    stats = candidates.groupBy("kind").agg(F.count("*").alias("n"), F.min("id").alias("low"), F.max("id").alias("high"))
-    spans = {row.kind: (row.n, row.low, row.high) for row in stats.collect()}
-    if not spans:
-        return {}
+    first = (
+        candidates.select("kind", "id")
+        .distinct()
+        .withColumn("rank", F.row_number().over(Window.partitionBy("kind").orderBy("id")))
+        .where(F.col("rank") <= max_ranges + 1)
+    )
+    ids: dict[str, list[int]] = {}
+    for row in first.collect():
+        ids.setdefault(row.kind, []).append(row.id)
+    ranges = {kind: sorted((i, i) for i in found) for kind, found in ids.items() if len(found) <= max_ranges}
+    crowded = [kind for kind, found in ids.items() if len(found) > max_ranges]
+    if crowded:
+        ranges |= _slices(candidates.where(F.col("kind").isin(crowded)), max_ranges)
+    return ranges
+
+
+def _slices(candidates: DataFrame, max_ranges: int) -> dict[str, list[tuple[int, int]]]:
+    stats = candidates.groupBy("kind").agg(F.min("id").alias("low"), F.max("id").alias("high"))
     width: Column = F.lit(1)
-    for kind, (n, low, high) in spans.items():
-        if n > max_ranges:
-            width = F.when(F.col("kind") == kind, F.lit(-(-(high - low + 1) // max_ranges))).otherwise(width)
+    for row in stats.collect():
+        width = F.when(F.col("kind") == row.kind, F.lit(-(-(row.high - row.low + 1) // max_ranges))).otherwise(width)
     slices = candidates.groupBy("kind", F.floor(F.col("id") / width).alias("slice")).agg(
         F.min("id").alias("low"), F.max("id").alias("high")
     )
-    ranges: dict[str, list[tuple[int, int]]] = {kind: [] for kind in spans}
+    ranges: dict[str, list[tuple[int, int]]] = {}
     for row in slices.collect():
-        ranges[row.kind].append((row.low, row.high))
+        ranges.setdefault(row.kind, []).append((row.low, row.high))
     return {kind: sorted(pairs) for kind, pairs in ranges.items()}
 
 

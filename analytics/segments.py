@@ -330,8 +330,11 @@ def fetch_differences(
     each as a candidate, and the look-ups read them after all (analytics/lookups.py) and run the checks again.
     """
     start, end = period.start, period.end
-    user_ranges = _as_ranges(users.select(F.col("user_id").alias("id")))
-    dead_ranges = _as_ranges(dead_letter_orders.select(F.col("order_id").alias("id")).where(F.col("id").isNotNull()))
+    ranges = _as_ranges(
+        users=users.select(F.col("user_id").alias("id")),
+        dead=dead_letter_orders.select(F.col("order_id").alias("id")).where(F.col("id").isNotNull()),
+    )
+    user_ranges, dead_ranges = ranges["users"], ranges["dead"]
     lo, hi = span.low, span.high
     wanted = users.select("user_id")
     # Order ids read for their ranges (outbox leaves, dead letters): the same ranges on every table.
@@ -392,7 +395,9 @@ def fetch_differences(
         ids = users_of.select(F.col("id").alias("order_id"))
         logs += [
             extract.conform_logs(df).join(ids, "order_id", "left_semi")
-            for df in _fetch(spark, sources.orders, extract.LOGS, _as_ranges(users_of), segment_sql.logs_in)
+            for df in _fetch(
+                spark, sources.orders, extract.LOGS, _as_ranges(orders=users_of)["orders"], segment_sql.logs_in
+            )
         ]
     return Fetched(
         orders=_union(orders, spark, ORDERS_SCHEMA),
@@ -405,8 +410,14 @@ def _present(df: DataFrame | None) -> list[DataFrame]:
     return [] if df is None else [df]
 
 
-def _as_ranges(ids: DataFrame) -> list[tuple[int, int]]:
-    return candidate_ranges(ids.select(F.lit("id").alias("kind"), "id"), MAX_RANGES).get("id", [])
+def _as_ranges(**frames: DataFrame) -> dict[str, list[tuple[int, int]]]:
+    """Per name, id ranges covering its frame's `id` column, every frame's in one Spark job."""
+    union = None
+    for name, df in frames.items():
+        tagged = df.select(F.lit(name).alias("kind"), "id")
+        union = tagged if union is None else union.unionByName(tagged)
+    found = candidate_ranges(union, MAX_RANGES)
+    return {name: found.get(name, []) for name in frames}
 
 
 def _union(frames: list[DataFrame], spark: SparkSession, schema) -> DataFrame:
