@@ -22,7 +22,7 @@ from django.test.utils import override_settings
 from rest_framework.test import APIClient
 
 from accounts.services import api_token_create
-from testkit import committed, leftovers
+from testkit import bytecode, committed, leftovers, passwords
 from testkit.workers import (
     SPARK_GROUP,
     SharedServicesLock,
@@ -49,6 +49,16 @@ OPERATOR_PERMISSIONS = (
 
 
 OWN_MARK = pytest.StashKey[str]()
+
+bytecode.cache_in_checkout()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fast_password_hashing():
+    """Passwords hashed at one PBKDF2 iteration in the test processes (testkit/passwords.py); production keeps
+    Django's default hashers (tests/test_security.py)."""
+    with override_settings(PASSWORD_HASHERS=passwords.PASSWORD_HASHERS):
+        yield
 
 
 def pytest_configure(config):

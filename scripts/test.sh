@@ -11,10 +11,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-# Bytecode cached in the checkout, whatever the machine's PYTHONDONTWRITEBYTECODE says: else each of a run's
-# collections (one per worker and pass) rewrites every test module's assertions again, and every process the tests
-# start compiles the project's modules again.
-unset PYTHONDONTWRITEBYTECODE
 # Two workers a core: most of a slow test is waiting (for a process to start, a deadline to pass), which another
 # worker's test fills.
 workers="${TEST_WORKERS:-$((2 * $(nproc)))}"

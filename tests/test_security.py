@@ -8,9 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from django.conf import global_settings
+from django.contrib.auth.hashers import check_password, make_password
+from django.test.utils import override_settings
 from rest_framework.test import APIClient
 
 from accounts.services import api_token_create
+from config import settings as settings_module
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -34,6 +38,17 @@ def test_check_deploy_is_clean_with_production_settings():
 
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
+
+
+def test_production_hashes_passwords_with_djangos_default_and_verifies_the_tests_cheap_hashes():
+    # The tests' hasher (testkit/passwords.py) is theirs alone: the settings leave Django's PBKDF2 in place.
+    assert not hasattr(settings_module, "PASSWORD_HASHERS")
+    assert global_settings.PASSWORD_HASHERS[0] == "django.contrib.auth.hashers.PBKDF2PasswordHasher"
+    # A password a test sets is one a service started with production's hashers accepts.
+    encoded = make_password("operator-password-1")
+    assert encoded.startswith("pbkdf2_sha256$1$")
+    with override_settings(PASSWORD_HASHERS=global_settings.PASSWORD_HASHERS):
+        assert check_password("operator-password-1", encoded) and not check_password("wrong", encoded)
 
 
 @pytest.mark.usefixtures("committed_db")  # the order commits in its own transaction
