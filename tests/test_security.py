@@ -1,4 +1,5 @@
-"""Security review: production settings pass `check --deploy`, and API tokens never reach the logs."""
+"""Security review: production settings pass `check --deploy` and keep Django's password hashers, and API tokens never
+reach the logs."""
 
 import logging
 import os
