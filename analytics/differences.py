@@ -2,7 +2,8 @@
 
 Each stage reports through the run's progress what it compared and found (users compared, disagreeing and audited;
 the outbox ranges' levels and leaves; the rows fetched), so a run's output shows where its segments led it.
-analytics/segments.py holds the pieces; this module orders them and caches what several of them read.
+analytics/segments.py (compare, bisect, audit) and analytics/fetch.py (read what disagrees) hold the pieces; this
+module orders them and caches what several of them read.
 """
 
 import logging
@@ -14,7 +15,7 @@ from django.conf import settings
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from analytics import extract, jdbc, segment_sql, segments
+from analytics import extract, fetch, jdbc, segment_sql, segments
 from analytics.checks import CheckContext
 from analytics.lookups import by_order, count_together
 
@@ -83,7 +84,7 @@ def extract_differences(
     with progress.stage("extract: fetch where they differ") as facts:
         dead_letters = extract.read_open_dead_letters(spark, sources.credits)
         dead_letters = dead_letters.cache()
-        fetched = segments.fetch_differences(
+        fetched = fetch.fetch_differences(
             spark, sources, span, period, users=wanted, leaves=leaves, dead_letter_orders=dead_letters
         )
         data = extract.Extracted(
@@ -91,7 +92,7 @@ def extract_differences(
             logs=by_order(fetched.logs, "order_id"),
             credits=by_order(fetched.credits, "order_id"),
             dead_letters=dead_letters,
-            first_orders=segments.empty_first_orders(spark),
+            first_orders=fetch.empty_first_orders(spark),
             history=extract.read_daily_history(spark, sources.orders),
         )
         recomputed = segments.recompute_users(data.orders, data.credits, span)
