@@ -26,6 +26,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
+from analytics import segment_sql
 from analytics.jdbc import JdbcSource, Sources
 from analytics.models import DailyMetrics
 from analytics.schemas import (
@@ -234,7 +235,7 @@ def read_missing(
     if not ranges:
         return None
     if column == "foreign_key":
-        conditions = [_text_range(column, *piece) for pair in ranges for piece in _same_length(*pair)]
+        conditions = [piece for low, high in ranges for piece in segment_sql.text_ranges(column, low, high)]
     else:
         conditions = [f"{column} BETWEEN {int(low)} AND {int(high)}" for low, high in ranges]
     per_query = min(math.ceil(len(conditions) / source.partitions), RANGES_PER_QUERY)
@@ -243,20 +244,6 @@ def read_missing(
         f"{where}({' OR '.join(conditions[i : i + per_query])})" for i in range(0, len(conditions), per_query)
     ]
     return _read_table(spark, source, table, predicates)
-
-
-def _same_length(low: int, high: int) -> list[tuple[int, int]]:
-    """Split [low, high] into ranges whose ends have as many digits, where text order is number order."""
-    pieces = []
-    while low <= high:
-        top = min(high, 10 ** len(str(low)) - 1)
-        pieces.append((low, top))
-        low = top + 1
-    return pieces
-
-
-def _text_range(column: str, low: int, high: int) -> str:
-    return f"({column} BETWEEN '{int(low)}' AND '{int(high)}' AND CHAR_LENGTH({column}) = {len(str(int(low)))})"
 
 
 def _read_table(spark: SparkSession, source: JdbcSource, table: Table, predicates: list[str]) -> DataFrame:

@@ -219,14 +219,20 @@ def log_covered(low: int, high: int) -> str:
     )
 
 
-def _text_ranges(column: str, low: int, high: int) -> str:
-    """[low, high] as text ranges of one digit count each, which the (business, foreign_key) index answers."""
+def text_ranges(column: str, low: int, high: int) -> list[str]:
+    """[low, high] as conditions on a text column of decimal numbers, one per digit count (text order is number order
+    between numbers of one length), which the (business, foreign_key) index answers."""
     pieces = []
+    low, high = int(low), int(high)
     while low <= high:
         top = min(high, 10 ** len(str(low)) - 1)
         pieces.append(f"({column} BETWEEN '{low}' AND '{top}' AND CHAR_LENGTH({column}) = {len(str(low))})")
         low = top + 1
-    return "(" + " OR ".join(pieces) + ")"
+    return pieces
+
+
+def _text_ranges(column: str, low: int, high: int) -> str:
+    return "(" + " OR ".join(text_ranges(column, low, high)) + ")"
 
 
 def ranges_compared(ranges: list[tuple[int, int]], width: int) -> tuple[str, str]:

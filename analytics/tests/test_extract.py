@@ -11,7 +11,7 @@ from django.db import connections
 from django.utils import timezone
 from pyspark.sql import functions as F
 
-from analytics import extract, jdbc
+from analytics import extract, jdbc, segment_sql
 from credits.models import DeadLetter
 from demo.seed import seed_demo_data
 from orders.models import Order
@@ -91,4 +91,9 @@ def test_reads_split_the_key_span_into_ranges_that_cover_every_key():
     low, high = f"{0x18F:032x}", f"{0x28F:032x}"
     assert extract._split(low, high, 2) == [f"'{0x210:032x}'"]
     assert extract._split("legacy-id", "other-id", 4) == []
-    assert extract._same_length(5, 123) == [(5, 9), (10, 99), (100, 123)]
+    # Outbox foreign keys are text: a range of order ids is one text range per digit count.
+    assert segment_sql.text_ranges("fk", 5, 123) == [
+        "(fk BETWEEN '5' AND '9' AND CHAR_LENGTH(fk) = 1)",
+        "(fk BETWEEN '10' AND '99' AND CHAR_LENGTH(fk) = 2)",
+        "(fk BETWEEN '100' AND '123' AND CHAR_LENGTH(fk) = 3)",
+    ]
