@@ -70,8 +70,8 @@ def markdown(seeds: list[dict], runs: list[dict]) -> str:
     lines += [
         "",
         "| orders | run | # | wall s | CPU s | JVM / Python / executors CPU s | DB threads / server CPU s "
-        "| driver JVM peak RSS MiB | heap peak used / committed MiB | Python peak RSS MiB | MiB / rows received "
-        "| found | load after |",
+        "| driver JVM peak RSS MiB | heap peak used / after GC / committed MiB | Python peak RSS MiB "
+        "| MiB / rows received | found | load after |",
         "|---:|---|---:|---:|---:|---|---|---:|---|---:|---|---:|---|",
     ]
     for run in runs:
@@ -82,7 +82,9 @@ def markdown(seeds: list[dict], runs: list[dict]) -> str:
             cpu = run["cpu"]
             split = f"{cpu['driver_jvm']} / {cpu['driver_python']} / {cpu['executors']}"
             python_rss, jvm_rss = run["driver_python_peak_rss_bytes"], run["driver_jvm_peak_rss_bytes"]
-            heap = f"{mib(run['driver_heap_used_peak_bytes'])} / {mib(run['driver_heap_committed_peak_bytes'])}"
+            heap = " / ".join(
+                mib(run.get(f"driver_heap_{name}_peak_bytes")) for name in ("used", "after_gc", "committed")
+            )
         if run["found"]:
             found = sum(run["found"].values())
         elif run["variant"] == FLOOR and run["exit_code"] == 0:

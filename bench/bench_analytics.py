@@ -18,10 +18,11 @@ from the installed pyspark (SPARK_MASTER pointed at it), stopped after.
 Every run reports its wall time; the CPU seconds of every process it started (the driver's Python and JVM, on the
 cluster the executors and daemons), read from /proc; the database server's CPU on the threads serving the two
 databases (and the whole server's, which includes whatever else the machine runs); the driver JVM's peak resident
-set (VmHWM) and its heap's peak (from a GC log, -Xlog:gc through JAVA_TOOL_OPTIONS); the baseline's peak RSS; the
-bytes each received from the databases (its reads go through bench/byte_counter.py: the Spark run's read URLs, the
-baseline's database URLs) and, for Spark, the rows (the run's `rows_received`). The bench fails unless Spark and the
-baseline both find exactly the planted violations, every one, and nothing on the balanced day.
+set (VmHWM) and its heap's peaks, in use before a collection and left after one (from a GC log, -Xlog:gc through
+JAVA_TOOL_OPTIONS); the baseline's peak RSS; the bytes each received from the databases (its reads go through
+bench/byte_counter.py: the Spark run's read URLs, the baseline's database URLs) and, for Spark, the rows (the run's
+`rows_received`). The bench fails unless Spark and the baseline both find exactly the planted violations, every one,
+and nothing on the balanced day.
 
 `--seed-only` seeds one size and stops; `--skip-seed` measures what the last seed left (it remembers the day and the
 planted violations, once planted, in a file in the temporary directory: a planted seed has no balanced day);
@@ -159,6 +160,7 @@ def spark_process(
         "database_whole_server_cpu_seconds": database.whole_server_cpu_seconds,
         "driver_jvm_peak_rss_bytes": max((seen.peak_rss_bytes for seen in drivers), default=None),
         "driver_heap_used_peak_bytes": heap["heap_used_peak_bytes"] or None,
+        "driver_heap_after_gc_peak_bytes": heap["heap_after_gc_peak_bytes"] or None,
         "driver_heap_committed_peak_bytes": heap["heap_committed_peak_bytes"] or None,
         "driver_python_peak_rss_bytes": python.peak_rss_bytes,
         "executor_peak_rss_bytes": max((seen.peak_rss_bytes for seen in executors), default=None),
