@@ -57,7 +57,7 @@ class Table:
 
     name: str
     columns: tuple[str, ...]
-    # The columns among them that are DATETIME (UTC), read as integers (see _read_table).
+    # The columns among them that are DATETIME (UTC), read as integers (see read_table).
     timestamps: tuple[str, ...] = ()
     # The primary key: an integer, or (transaction_log) time-ordered hex text of a fixed width.
     key: str = "id"
@@ -188,7 +188,7 @@ def read_window(spark: SparkSession, source: JdbcSource, table: Table, plan: Win
     where = f"{table.where} AND {window}" if table.where else window
     bounds = _split(span.lower, span.upper, partitions) if span.lower is not None else []
     predicates = [f"{where} AND {condition}" for condition in _range_conditions(table.key, bounds)]
-    return _read_table(spark, source, table, predicates)
+    return read_table(spark, source, table, predicates)
 
 
 def _split(lower: int | str, upper: int | str, parts: int) -> list[str]:
@@ -243,10 +243,10 @@ def read_missing(
     predicates = [
         f"{where}({' OR '.join(conditions[i : i + per_query])})" for i in range(0, len(conditions), per_query)
     ]
-    return _read_table(spark, source, table, predicates)
+    return read_table(spark, source, table, predicates)
 
 
-def _read_table(spark: SparkSession, source: JdbcSource, table: Table, predicates: list[str]) -> DataFrame:
+def read_table(spark: SparkSession, source: JdbcSource, table: Table, predicates: list[str]) -> DataFrame:
     """Read a table's needed columns, one JDBC partition per predicate, its DATETIME columns as integers.
 
     The integers come from a derived table that keeps every column of the table, so the predicates read as they

@@ -32,7 +32,7 @@ def _fetch(
         return []
     size = max(1, min(math.ceil(len(pieces) / source.partitions), extract.RANGES_PER_QUERY))
     predicates = [f"({condition(pieces[i : i + size])})" for i in range(0, len(pieces), size)]
-    return [extract._read_table(spark, source, table, predicates)]
+    return [extract.read_table(spark, source, table, predicates)]
 
 
 @dataclass
