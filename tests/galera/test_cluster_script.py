@@ -21,6 +21,10 @@ from testkit.workers import PYTEST_RUNS_GROUP
 pytestmark = pytest.mark.slow
 
 PORT_VARIABLES = ("BASE_PORT", "GALERA_BASE_PORT", "IST_BASE_PORT", "SST_BASE_PORT", "CHECK_BASE_PORT")
+# The package's cluster has its nodes on 127.0.3.N, and its tests cut a node off by that address (SilentHost drops
+# every packet to and from it): a cluster here on the same addresses would be cut off with it and lose its primary
+# component mid-test.
+ADDRESS_PREFIX = "127.0.4"
 
 
 def free_run(count: int) -> int:
@@ -40,7 +44,9 @@ def free_run(count: int) -> int:
 
 @pytest.fixture
 def script_env(monkeypatch):
-    """Give the script ports no cluster of this run or another uses (the addresses keep the run's prefix)."""
+    """Give the script addresses the package's cluster does not use and ports no cluster of this run or another
+    uses."""
+    monkeypatch.setenv("GALERA_CLUSTER_ADDRESS_PREFIX", ADDRESS_PREFIX)
     for name in PORT_VARIABLES:
         monkeypatch.setenv(f"GALERA_CLUSTER_{name}", str(free_run(len(NODES)) - 1))
     monkeypatch.setenv("GALERA_CLUSTER_ENDPOINT_PORT", str(free_run(1)))
@@ -189,15 +195,13 @@ def test_a_failed_test_of_the_package_keeps_the_clusters_logs_and_says_where(scr
     )
     output = run.stdout + run.stderr
     kept = set(KEPT_LOGS.glob("*")) - before
-    try:
-        assert run.returncode == 1 and "failed on purpose" in output, output
-        assert len(kept) == 1, output
-        (destination,) = kept
-        assert f"kept under {destination} at the end of the session" in output  # in the failed test's report
-        assert f"files) are kept under {destination}" in output  # at the end of the session
-        for node in NODES:
-            assert "WSREP: Synchronized with group" in (destination / f"gal{node}" / "error.log").read_text()
-        assert (destination / "health.log").exists() and (destination / "haproxy.log").exists()
-    finally:
-        for directory in kept:
-            shutil.rmtree(directory, ignore_errors=True)
+    # When an assertion fails the logs stay where the inner run's output (in the message) says: they tell why.
+    assert run.returncode == 1 and "failed on purpose" in output, output
+    assert len(kept) == 1, output
+    (destination,) = kept
+    assert f"kept under {destination} at the end of the session" in output  # in the failed test's report
+    assert f"files) are kept under {destination}" in output  # at the end of the session
+    for node in NODES:
+        assert "WSREP: Synchronized with group" in (destination / f"gal{node}" / "error.log").read_text()
+    assert (destination / "health.log").exists() and (destination / "haproxy.log").exists()
+    shutil.rmtree(destination)
