@@ -221,8 +221,9 @@ def analyse(
         ).cache()
         daily = transform_daily_metrics_counted(user_daily, aggregates.new_users, period).cache()
         latency = aggregates.latency
-    # Cached: the latency summary and histogram both read it.
-    latency = latency.cache()
+    # Cached (the aggregates' already are): the latency summary and histogram both read it.
+    if not latency.is_cached:
+        latency = latency.cache()
     summary = (
         daily.join(_prefixed(transform_credit_distribution(user_daily), "cpu_"), "date", "left")
         .join(_prefixed(transform_latency_summary(latency), "latency_"), "date", "left")

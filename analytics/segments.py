@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from django.db import connections
-from pyspark.sql import Column, DataFrame, SparkSession, Window
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from analytics import extract, jdbc, segment_sql
@@ -255,11 +255,11 @@ def bisect_outbox(
             "bucket", F.col("rows").alias("l_rows"), F.col("checksum").alias("l_sum"), F.lit(1).alias("l_read")
         )
         agree = _eq(F.col("o_rows"), F.col("l_rows")) & _eq(F.col("o_sum"), F.col("l_sum"))
-        # One job per level: the disagreeing buckets, and on every row how many rows the two reads returned.
+        # One job per level: every bucket either side returned, whether they agree, and how many rows it read (1, 2).
         paired = o.join(lg, "bucket", "full_outer")
-        read = F.sum(F.coalesce("o_read", F.lit(0)) + F.coalesce("l_read", F.lit(0))).over(Window.partitionBy())
+        read = F.coalesce("o_read", F.lit(0)) + F.coalesce("l_read", F.lit(0))
         rows = paired.select("bucket", agree.alias("agree"), read.alias("read")).collect()
-        facts["bucket_rows"] = facts.get("bucket_rows", 0) + (rows[0].read if rows else 0)
+        facts["bucket_rows"] = facts.get("bucket_rows", 0) + sum(row.read for row in rows)
         buckets = sorted(row.bucket for row in rows if not row.agree)
         ranges = [(max(span.low, b * width), min(span.high, (b + 1) * width - 1)) for b in buckets]
         facts[f"outbox_level{level}_width"] = width
