@@ -220,22 +220,29 @@ class ServerThreads:
             connection.close()
 
 
+# The pauses of -Xlog:gc that collect: G1's, serial's and parallel's young and full collections.
+COLLECTING_PAUSES = ("Young", "Full")
+
+
 def gc_log_peaks(paths: Iterable[Path]) -> dict[str, int]:
     """Return the largest heap in use before a collection, the largest left after one, and the largest heap committed,
     over JVM GC logs (-Xlog:gc).
 
     Before a collection the heap holds whatever garbage fits (a collector lets it fill), so that peak follows the heap
     allowed more than the work; what a collection leaves is the live data plus garbage not yet reclaimed (a young
-    collection leaves the old generation's), an upper bound of what the run needs.
+    collection leaves the old generation's), an upper bound of what the run needs. Only young and full collections
+    count as collections: G1's Remark and Cleanup pauses of a concurrent cycle move nothing, and their lines give the
+    heap in use at that moment, garbage included.
     Lines look like ``GC(3) Pause Young (Normal) (G1 Evacuation Pause) 120M->30M(256M) 3.1ms``.
     """
     units = {"K": 1024, "M": 1024**2, "G": 1024**3}
     used = after = committed = 0
     for path in paths:
-        for before, b_unit, left, l_unit, size, s_unit in re.findall(
-            r"(\d+)([KMG])->(\d+)([KMG])\((\d+)([KMG])\)", path.read_text(errors="replace")
+        for pause, before, b_unit, left, l_unit, size, s_unit in re.findall(
+            r"Pause (\w+).*?(\d+)([KMG])->(\d+)([KMG])\((\d+)([KMG])\)", path.read_text(errors="replace")
         ):
             used = max(used, int(before) * units[b_unit])
-            after = max(after, int(left) * units[l_unit])
+            if pause in COLLECTING_PAUSES:
+                after = max(after, int(left) * units[l_unit])
             committed = max(committed, int(size) * units[s_unit])
     return {"heap_used_peak_bytes": used, "heap_after_gc_peak_bytes": after, "heap_committed_peak_bytes": committed}

@@ -48,6 +48,10 @@ def test_gc_log_peaks_reads_g1_and_serial_lines(tmp_path):
     (tmp_path / "gc-1.log").write_text(
         "[0.412s][info][gc] GC(0) Pause Young (Normal) (G1 Evacuation Pause) 24M->4M(256M) 3.101ms\n"
         "[2.101s][info][gc] GC(1) Pause Young (Normal) (G1 Evacuation Pause) 1200M->300M(1536M) 40.2ms\n"
+        # A concurrent cycle's pauses collect nothing: their "after" is the heap in use then.
+        "[2.5s][info][gc] GC(2) Pause Remark 700M->650M(1536M) 2.0ms\n"
+        "[2.6s][info][gc] GC(2) Pause Cleanup 680M->680M(1536M) 0.1ms\n"
+        "[3.0s][info][gc] GC(3) Pause Full (G1 Compaction Pause) 900M->200M(1536M) 80.0ms\n"
     )
     (tmp_path / "gc-2.log").write_text("[0.2s][info][gc] GC(0) Pause Young (Allocation Failure) 512K->128K(2G) 1ms\n")
 
