@@ -2,18 +2,19 @@
 # Run the tests against the real MariaDB, RabbitMQ and Redis (setting them up first if needed).
 #   scripts/test.sh [PYTEST ARGS...]  the whole suite (or the tests ARGS select), as CI runs it, in three passes:
 #                                     every test but those marked `alone` (a timing bound) or `paired` (seconds of
-#                                     failover or start-up) on two pytest-xdist workers per core, each with its own
-#                                     databases, vhost and cache prefix (conftest.py); then the `paired` ones on two
-#                                     workers, each beside one other at most; then the `alone` ones in one process,
-#                                     with nothing else running. ARGS go to every pass.
+#                                     failover or start-up) on a pytest-xdist worker per core and one more, each
+#                                     with its own databases, vhost and cache prefix (conftest.py); then the `paired`
+#                                     ones on two workers, each beside one other at most; then the `alone` ones in one
+#                                     process, with nothing else running. ARGS go to every pass.
 #   TEST_WORKERS=N scripts/test.sh    the first pass on N workers; TEST_WORKERS=0 everything in one pytest process
 # README.md, "Tests", has how long they take here.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-# Two workers a core: most of a slow test is waiting (for a process to start, a deadline to pass), which another
-# worker's test fills.
-workers="${TEST_WORKERS:-$((2 * $(nproc)))}"
+# A worker a core and one more: most of a slow test is waiting (for a process to start, a deadline to pass), which
+# the extra worker's test fills. Two a core overload the cores instead: the pass is no shorter, the host spends more
+# CPU on it, and a test running a JVM of its own takes several times its idle wall (README.md, "Tests").
+workers="${TEST_WORKERS:-$(($(nproc) + 1))}"
 # The second pass's workers: what the `paired` tests' bounds were measured beside (testkit/workers.py).
 PAIRED=$(.venv/bin/python -c "from testkit.workers import PAIRED; print(PAIRED)")
 if [ "$workers" = 0 ]; then
