@@ -1,6 +1,6 @@
 """Where a command's CPU goes, by kind of process: a test suite's pass, say, on a machine it has to itself.
 
-    python bench/suite_cpu.py [--json FILE] -- .venv/bin/pytest -n 4 -m "not alone and not paired"
+    python bench/suite_cpu.py [--json FILE] -- .venv/bin/pytest -n 3 -m "not alone and not paired"
 
 Runs the command and samples every process on the host each second (own user + system time from /proc/PID/stat,
 which counts every thread), charging what each spent meanwhile to a kind: the Spark JVMs, the shared MariaDB and
