@@ -29,7 +29,7 @@ ADDRESS_PREFIX = "127.0.4"
 
 
 # Where the ports are picked: below the kernel's ephemeral range (32768-60999), from which any outgoing connection
-# can take a port between its pick and the cluster's bind (the health checker once found its port in use), and clear
+# can take a port in the seconds between its pick and the cluster's bind (its health checker binds last), and clear
 # of the ports the scripts fix (3400s, 4560s, 5700s, 25700s) and of RabbitMQ's 15672 and 25672.
 PICK_RANGE = range(16000, 25000)
 
