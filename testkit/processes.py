@@ -8,16 +8,20 @@ pytest, its test database), so a test that moves an alias (another server, anoth
 import collections
 import contextlib
 import os
+import random
 import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 from urllib.parse import quote, urlsplit, urlunsplit
 
 from django.conf import settings
 from django.db import connections
+
+from testkit.workers import worker_count, worker_id
 
 # The environment variable that gives each database alias to a process (docs/CONTRACT.md, "Settings").
 DATABASE_URL_VARIABLES = {"default": "DATABASE_URL", "credits": "CREDITS_DATABASE_URL"}
@@ -83,11 +87,72 @@ def service_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that nothing listens on right now (other test runs share the machine)."""
+# Where free_port picks: below the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768-60999 by default),
+# from which every outgoing connection and every bind to port 0 take a port, so none can take a picked port in the
+# seconds before the process it is for binds it; above the ports tests fix (the Spark cluster's 18600s, the harness'
+# default 18900) and below RabbitMQ's distribution port (25672) and the cluster scripts' (25700s).
+PORT_RANGE = range(19000, 25600)
+
+
+class PortPicker:
+    """Hands out ports from this worker's share of PORT_RANGE in turn, from a random start, each checked free.
+
+    Each pytest-xdist worker walks a share of its own, so two workers never pick one port; a process walking from a
+    random start (a pytest run started by a test, a benchmark) rarely meets another's walk, and a port it meets bound
+    is passed over."""
+
+    def __init__(self, ports: range = PORT_RANGE):
+        self.ports = ports
+        self.lock = threading.Lock()
+        self.next: int | None = None
+
+    def share(self) -> range:
+        """This worker's part of the range (all of it outside a parallel run)."""
+        worker, count = worker_id(), worker_count()
+        if worker is None or not worker.removeprefix("gw").isdigit():
+            return self.ports
+        size = len(self.ports) // count
+        index = int(worker.removeprefix("gw")) % count
+        return self.ports[index * size : (index + 1) * size]
+
+    def take(self, count: int = 1) -> int:
+        """Return the first of `count` consecutive ports nothing is bound to on 127.0.0.1 right now, none handed out
+        before by this process since its walk last went round."""
+        share = self.share()
+        with self.lock:
+            if self.next not in share:
+                self.next = random.randrange(share.start, share.stop)  # noqa: S311 (not a secret)
+            for _ in range(len(share)):
+                first = self.next if self.next + count <= share.stop else share.start
+                self.next = first + count if first + count < share.stop else share.start
+                if all(bindable(port) for port in range(first, first + count)):
+                    return first
+        raise RuntimeError(f"no {count} consecutive free ports in {share.start}-{share.stop - 1}")
+
+
+def bindable(port: int) -> bool:
+    """Whether a TCP socket can bind 127.0.0.1:port right now."""
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+PORTS = PortPicker()
+
+
+def free_port() -> int:
+    """Return a TCP port on 127.0.0.1 that nothing listens on right now and no other worker of this run will pick
+    (PortPicker)."""
+    return PORTS.take()
+
+
+def free_ports(count: int) -> int:
+    """Return the first of `count` consecutive such ports, for a cluster whose script numbers its nodes' ports from
+    a base."""
+    return PORTS.take(count)
 
 
 def server_arguments(alias: str = "default") -> dict:

@@ -2,28 +2,22 @@
 
 import logging
 import math
-import socket
 
 import pytest
 
 from core import throttling
 from orders.models import Order
+from testkit.processes import free_port
 from testkit.redis_commands import RedisCommands
 
 # Orders commit in their own transaction, as in production: no test case's transaction may hold them.
 pytestmark = pytest.mark.usefixtures("committed_db")
 
 
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]  # nothing listens once the probe closes
-
-
 @pytest.fixture
 def redis_down(settings, monkeypatch):
     default = settings.CACHES["default"]
-    settings.CACHES = {"default": {**default, "LOCATION": f"redis://127.0.0.1:{closed_port()}/0"}}
+    settings.CACHES = {"default": {**default, "LOCATION": f"redis://127.0.0.1:{free_port()}/0"}}
     monkeypatch.setattr(
         throttling.cache_down, "last_warning_at", -math.inf
     )  # this test's warning, not an earlier one's

@@ -1,7 +1,6 @@
 """Two services, two databases: each holds only its own tables, reads never join across, and one may be down."""
 
 import contextlib
-import socket
 import subprocess
 import sys
 import textwrap
@@ -15,7 +14,7 @@ from django.test.utils import CaptureQueriesContext
 from credits import services as credits_services
 from credits.models import DeadLetter
 from credits.tests.support import place_order
-from testkit.processes import database_address, database_url, service_env
+from testkit.processes import database_address, database_url, free_port, service_env
 
 ORDER_SERVICE_TABLES = {"orders", "transaction_log", "idempotency_keys", "auth_user"}
 CREDITS_SERVICE_TABLES = {"order_credits", "credit_balances", "credit_dead_letters"}
@@ -39,10 +38,7 @@ def award(payload: dict) -> None:
 @contextlib.contextmanager
 def credits_database_down():
     """Point the credits alias at a port nothing listens on, as a stopped server looks to a client."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    closed_port = sock.getsockname()[1]
-    sock.close()
+    closed_port = free_port()
     credits = connections["credits"]
     saved = credits.settings_dict["PORT"]
     credits.close()

@@ -2,7 +2,6 @@
 
 import logging
 import math
-import socket
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -19,6 +18,7 @@ from accounts.models import ApiToken
 from accounts.services import api_token_create
 from accounts.tests.support import client_for
 from core import throttling
+from testkit.processes import free_port
 from testkit.redis_commands import RedisCommands
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -149,15 +149,9 @@ def test_with_the_cache_off_every_request_reads_the_database(token, settings):
     assert caches["default"].get(cache_key(token)) is None
 
 
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_with_the_cache_down_tokens_are_read_from_the_database_with_one_warning(token, settings, monkeypatch, caplog):
     default = settings.CACHES["default"]
-    settings.CACHES = {"default": {**default, "LOCATION": f"redis://127.0.0.1:{closed_port()}/0"}}
+    settings.CACHES = {"default": {**default, "LOCATION": f"redis://127.0.0.1:{free_port()}/0"}}
     monkeypatch.setattr(authentication.cache_down, "last_warning_at", -math.inf)
     client = client_for(token)
 

@@ -1,7 +1,6 @@
 """The relay loop's bell: a live loop is rung in Redis instead of sent a task; a stopped or dead one is not."""
 
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -14,7 +13,7 @@ from orders.services import order_create
 from outbox import bell, wakeup
 from outbox.tasks import sweep
 from outbox.tests.support import BASE_DIR, PYTHON
-from testkit.processes import service_env
+from testkit.processes import free_port, service_env
 from testkit.waiting import wait_for
 
 
@@ -133,9 +132,7 @@ def test_a_stopping_loop_takes_only_its_own_heartbeat_down(listener):
 
 
 def test_with_redis_down_the_loop_waits_on_a_timer_and_says_it_is_not_listening(settings):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        closed = probe.getsockname()[1]
+    closed = free_port()
     settings.CACHES = {"default": {**settings.CACHES["default"], "LOCATION": f"redis://127.0.0.1:{closed}/0"}}
     down = bell.Listener()
     started = time.monotonic()

@@ -1,7 +1,6 @@
 """Wake-ups on commit: one per burst, none for a rollback, and a real worker that relays when woken."""
 
 import json
-import socket
 import subprocess
 import time
 
@@ -17,7 +16,7 @@ from outbox.ids import new_transaction_id
 from outbox.publisher import Publisher
 from outbox.services import message_create, messages_retry_now
 from outbox.tests.support import BASE_DIR, PYTHON
-from testkit.processes import service_env, stop_processes
+from testkit.processes import free_port, service_env, stop_processes
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -158,9 +157,7 @@ def test_under_sustained_load_wakeups_fold_over_the_busy_interval_and_a_quiet_st
 
 
 def test_with_the_cache_down_wakeups_are_still_sent(settings, outbox_queue):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        closed = probe.getsockname()[1]
+    closed = free_port()
     settings.CACHES = {"default": {**settings.CACHES["default"], "LOCATION": f"redis://127.0.0.1:{closed}/0"}}
     waker = wakeup.RelayWaker(interval=0.05)
     waker.wake()

@@ -3,7 +3,6 @@ a health checker that cannot run, an endpoint whose connections do not reach the
 package keeps the cluster's logs. Each on ports of its own, beside the package's cluster if one runs."""
 
 import os
-import random
 import shutil
 import socket
 import subprocess
@@ -16,7 +15,14 @@ import pytest
 
 from testkit.galera_cluster import KEPT_LOGS, NODES, SCRIPT, cluster_directory
 from testkit.harness import ROOT
-from testkit.processes import DATABASE_URL_VARIABLES, cluster_script, database_url, server_arguments
+from testkit.processes import (
+    DATABASE_URL_VARIABLES,
+    cluster_script,
+    database_url,
+    free_port,
+    free_ports,
+    server_arguments,
+)
 from testkit.workers import PYTEST_RUNS_GROUP
 
 pytestmark = pytest.mark.slow
@@ -28,39 +34,14 @@ PORT_VARIABLES = ("BASE_PORT", "GALERA_BASE_PORT", "IST_BASE_PORT", "SST_BASE_PO
 ADDRESS_PREFIX = "127.0.4"
 
 
-# Where the ports are picked: below the kernel's ephemeral range (32768-60999), from which any outgoing connection
-# can take a port in the seconds between its pick and the cluster's bind (its health checker binds last), and clear
-# of the ports the scripts fix (3400s, 4560s, 5700s, 25700s) and of RabbitMQ's 15672 and 25672.
-PICK_RANGE = range(16000, 25000)
-
-
-def free_run(count: int, taken: set[int]) -> int:
-    """Return the first of `count` consecutive TCP ports nothing is bound to on 127.0.0.1 right now, none in `taken`
-    (which it adds them to)."""
-    while True:
-        first = random.randrange(PICK_RANGE.start, PICK_RANGE.stop - count)
-        ports = set(range(first, first + count))
-        if ports & taken:
-            continue
-        try:
-            for port in ports:
-                with socket.socket() as sock:
-                    sock.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        taken |= ports
-        return first
-
-
 @pytest.fixture
 def script_env(monkeypatch):
     """Give the script addresses the package's cluster does not use and ports no cluster of this run or another
     uses."""
     monkeypatch.setenv("GALERA_CLUSTER_ADDRESS_PREFIX", ADDRESS_PREFIX)
-    taken: set[int] = set()
     for name in PORT_VARIABLES:
-        monkeypatch.setenv(f"GALERA_CLUSTER_{name}", str(free_run(len(NODES), taken) - 1))
-    monkeypatch.setenv("GALERA_CLUSTER_ENDPOINT_PORT", str(free_run(1, taken)))
+        monkeypatch.setenv(f"GALERA_CLUSTER_{name}", str(free_ports(len(NODES)) - 1))
+    monkeypatch.setenv("GALERA_CLUSTER_ENDPOINT_PORT", str(free_port()))
     monkeypatch.setenv("GALERA_CLUSTER_START_TIMEOUT", "60")
     return os.environ
 
