@@ -6,7 +6,7 @@ beat reads that confirm, and the handler then reads the goodbye's answer on the 
 broker slow to answer, or a frame the interrupted read had half taken, kept beat waiting for ever (seen in CI: beat
 still running 120 s after SIGTERM; tests/test_beat_stop.py reproduces it with a broker that withholds its replies).
 Beat's own socket timeout (`--socket-timeout`, 30 s, a process-wide default) does not reach it: py-amqp sets the
-connection's socket back to blocking once connected. The goodbye now has GOODBYE_SECONDS; the schedule is saved
+connection's socket back to blocking once connected. The goodbye has GOODBYE_SECONDS in all; the schedule is saved
 before it either way.
 
 A schedule file beat cannot read is replaced by a fresh schedule, with a warning naming the file. A crash while beat
@@ -25,8 +25,12 @@ from celery.beat import PersistentScheduler
 
 logger = logging.getLogger(__name__)
 
-# Long enough for a loaded broker's answer (milliseconds when it is well), short beside a supervisor's stop timeout.
+# Long enough for a loaded broker's answers (milliseconds when it is well), short beside a supervisor's stop timeout
+# (creditshop-beat.service: 10 s).
 GOODBYE_SECONDS = 5.0
+# The answers the goodbye waits for, one after the other: the channel's Close-Ok, then the connection's. The socket's
+# timeout bounds each read, so each gets its share of GOODBYE_SECONDS.
+GOODBYE_REPLIES = 2
 
 
 class Scheduler(PersistentScheduler):
@@ -75,5 +79,5 @@ class Scheduler(PersistentScheduler):
         connection = self.__dict__.get("connection")
         if connection is not None and connection.connected:
             # A socket timeout ends the goodbye's reads and writes; Celery ignores the connection error it raises.
-            connection.connection.sock.settimeout(GOODBYE_SECONDS)
+            connection.connection.sock.settimeout(GOODBYE_SECONDS / GOODBYE_REPLIES)
         super().close()
