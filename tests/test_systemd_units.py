@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from core.beat import GOODBYE_SECONDS
 from testkit.harness import ROOT, VENV_BIN, Cluster
 
 UNITS_DIR = ROOT / "deploy" / "systemd"
@@ -164,3 +165,10 @@ def test_each_unit_runs_what_the_tests_run(unit):
 
     assert command[0].startswith(f"{INSTALL_DIR}/.venv/bin/")
     assert role(command) == role(commands[HARNESS_NAMES[unit.name]])
+
+
+def test_beats_goodbye_to_a_silent_broker_ends_well_inside_its_stop_timeout():
+    """The goodbye's deadline (core/beat.py) leaves beat at least as long again to exit before systemd kills it."""
+    timeout = float(setting(UNITS_DIR / "creditshop-beat.service", "Service", "TimeoutStopSec"))
+
+    assert timeout >= 2 * GOODBYE_SECONDS
