@@ -19,6 +19,8 @@ METHOD_ID = struct.Struct(">HH")
 # Basic.Ack and Basic.Nack from the broker: delivery tag (8 octets), then the bits, `multiple` the lowest.
 CONFIRM_ARGUMENTS = struct.Struct(">QB")
 
+# Connection.Close: the client's goodbye ends with it; Channel.Close may come first.
+CONNECTION_CLOSE = (10, 50)
 CHANNEL_OPEN = (20, 10)
 CHANNEL_CLOSE = (20, 40)
 CHANNEL_CLOSE_OK = (20, 41)

@@ -10,16 +10,18 @@ import threading
 import time
 
 from testkit import listeners
-from testkit.amqp_frames import BASIC_PUBLISH, Confirms, Method, MethodReader, NotAmqp
+from testkit.amqp_frames import BASIC_PUBLISH, CHANNEL_CLOSE, CONNECTION_CLOSE, Confirms, Method, MethodReader, NotAmqp
 from testkit.processes import broker_url, free_port
 
 
 class Link:
-    """One proxied connection: its frames in each direction, and its publishes still waiting for a confirm."""
+    """One proxied connection: its frames in each direction, its publishes still waiting for a confirm, and when the
+    client began its goodbye (its first Channel.Close or Connection.Close)."""
 
     def __init__(self):
         self.amqp = True
         self.client_spoke = False
+        self.goodbye_began: float | None = None
         self.confirms = Confirms()
         self._from_client = MethodReader(from_client=True)
         self._from_broker = MethodReader(from_client=False)
@@ -31,6 +33,8 @@ class Link:
         for method in self._read(self._from_client, data):
             self.confirms.sent(method)
             published += method.method == BASIC_PUBLISH
+            if method.method in (CHANNEL_CLOSE, CONNECTION_CLOSE) and self.goodbye_began is None:
+                self.goodbye_began = time.monotonic()
         return published
 
     def delivered(self, data: bytes) -> None:
@@ -63,6 +67,9 @@ class BrokerProxy:
         self.freeze_at_publish = freeze_at_publish
         self.frozen = threading.Event()
         self.publishes = 0
+        # Per connection whose client said goodbye and then closed its socket: the seconds from its first Close to
+        # the end of what it sent (how long the client gave the broker to answer).
+        self.goodbyes: list[float] = []
         self._listener: socket.socket | None = None
         self._sockets: set[socket.socket] = set()
         self._links: set[Link] = set()
@@ -108,8 +115,8 @@ class BrokerProxy:
             with self._lock:
                 self._sockets |= {client, server}
                 self._links.add(link)
-            threading.Thread(target=self._pump, args=(client, server, link, self._send), daemon=True).start()
-            threading.Thread(target=self._pump, args=(server, client, link, self._deliver), daemon=True).start()
+            threading.Thread(target=self._pump, args=(client, server, link, self._send, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(server, client, link, self._deliver, False), daemon=True).start()
 
     def _send(self, link: Link, data: bytes) -> None:
         with self._lock:
@@ -125,7 +132,7 @@ class BrokerProxy:
                     return
             time.sleep(0.01)
 
-    def _pump(self, src: socket.socket, dst: socket.socket, link: Link, let_through) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, link: Link, let_through, from_client: bool) -> None:
         try:
             while data := src.recv(65536):
                 let_through(link, data)
@@ -133,8 +140,11 @@ class BrokerProxy:
         except OSError:
             pass
         finally:
+            ended = time.monotonic()
             with self._lock:
                 self._links.discard(link)
+                if from_client and link.goodbye_began is not None:
+                    self.goodbyes.append(ended - link.goodbye_began)
             for sock in (src, dst):
                 with contextlib.suppress(OSError):
                     sock.shutdown(socket.SHUT_RDWR)

@@ -1,4 +1,5 @@
-"""The test proxy in front of RabbitMQ counts the publishes it forwards and sees which still wait for their confirm.
+"""The test proxy in front of RabbitMQ counts the publishes it forwards, sees which still wait for their confirm, and
+times a client's goodbye.
 
 Tests wait on these counts for the state they need (tests/test_beat_stop.py), so they must be right however the
 stream is cut into chunks, and whether a confirm names one publish or all up to it.
@@ -141,6 +142,28 @@ def test_a_proxy_told_to_freezes_itself_as_it_forwards_that_publish():
             proxy.thaw()
             held.join(timeout=60)
             assert (proxy.publishes, proxy.unconfirmed(), held.is_alive()) == (2, 0, False)
+    finally:
+        proxy.thaw()
+        proxy.down()
+
+
+def test_the_proxy_times_a_clients_goodbye_from_its_first_close_to_its_sockets_end():
+    proxy = BrokerProxy(free_port())
+    proxy.up()
+    try:
+        dropped = Connection(proxy.url, connect_timeout=10)
+        dropped.connect()
+        dropped.connection.sock.close()  # gone without a Close: no goodbye to time (one is counted below)
+        with Connection(proxy.url, connect_timeout=10) as connection:
+            connection.connect()
+            assert proxy.goodbyes == []
+            proxy.freeze()
+            # The broker's Close-Ok withheld: the client waits for it until its socket's timeout, then drops it.
+            connection.connection.sock.settimeout(1.0)
+            connection.release()
+        wait_for(lambda: proxy.goodbyes, timeout=10, what="the goodbye's end")
+
+        assert len(proxy.goodbyes) == 1 and 1.0 <= proxy.goodbyes[0] < 3.0, proxy.goodbyes
     finally:
         proxy.thaw()
         proxy.down()
