@@ -1,8 +1,7 @@
-"""What the cluster's request-level tests share: sending this process's connections through a proxy in front of the
-endpoint, placing an order as a client does, retrying it with its key through a failover, and reading back what
+"""What the cluster's request-level tests share (testkit/lost_answer.py sends connections through a proxy in front of
+the endpoint): placing an order as a client does, retrying it with its key through a failover, and reading back what
 committed."""
 
-import contextlib
 import time
 from collections.abc import Callable
 from typing import Any
@@ -13,27 +12,9 @@ from rest_framework.test import APIClient
 from orders.models import Order
 from outbox.models import TransactionLog
 from testkit.galera_cluster import NODES, GaleraCluster
-from testkit.lost_answer import LostAnswerProxy
 
 # How long a client retrying with its key waits for a failover to end before the test gives up.
 FAILOVER_SECONDS = 15
-
-
-@contextlib.contextmanager
-def through(proxy: LostAnswerProxy, *aliases: str):
-    """Send the aliases' connections through the proxy (in front of the endpoint) for a while."""
-    saved = {
-        alias: (connections[alias].settings_dict["HOST"], connections[alias].settings_dict["PORT"]) for alias in aliases
-    }
-    for alias in aliases:
-        connections[alias].close()
-        connections[alias].settings_dict.update(HOST="127.0.0.1", PORT=str(proxy.port))
-    try:
-        yield
-    finally:
-        for alias, (host, port) in saved.items():
-            connections[alias].close()
-            connections[alias].settings_dict.update(HOST=host, PORT=port)
 
 
 def fresh(*aliases: str) -> None:

@@ -27,7 +27,10 @@ STEADY_SECONDS = 4
 ANSWER_LIMIT_SECONDS = 5
 WRITES_RESUME_LIMIT_SECONDS = 10
 REJOIN_LIMIT_SECONDS = 60
-DRAIN_LIMIT_SECONDS = 60
+# Every stored order credited once the load stops, within: well inside the relay's lease (OUTBOX_LEASE_SECONDS, 60 s),
+# which a claim whose COMMIT the lost writer left unanswered would hide its rows for, were it not given back
+# (outbox/claims.py).
+DRAIN_LIMIT_SECONDS = 30
 PROCESSES = ("web", "relay", "outbox", "credits", "beat")
 
 

@@ -13,8 +13,8 @@ from credits.models import CreditBalance, OrderCredit
 from credits.services import credit_award, credit_balance_ensure
 from outbox.ids import new_transaction_id
 from testkit.galera_cluster import GALERA_CLUSTER_GROUP
-from testkit.lost_answer import ANSWER_LOST, COMMIT_LOST
-from tests.galera.support import FAILOVER_SECONDS, fresh, post_order, retry_until_answered, rows_of, through
+from testkit.lost_answer import ANSWER_LOST, COMMIT_LOST, through
+from tests.galera.support import FAILOVER_SECONDS, fresh, post_order, retry_until_answered, rows_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.xdist_group(GALERA_CLUSTER_GROUP)]
 

@@ -30,11 +30,11 @@ from outbox.models import TransactionLog
 from outbox.publisher import Publisher
 from testkit.galera_cluster import GALERA_CLUSTER_GROUP
 from testkit.harness import Cluster
-from testkit.lost_answer import COMMIT_HELD
+from testkit.lost_answer import COMMIT_HELD, through
 from testkit.processes import free_port, mysql_url, service_env
 from testkit.queues import purge_queues
 from tests.galera.pairs import award_pairs_judged, award_side, order_pairs_judged, order_side, run_pairs
-from tests.galera.support import fresh, other_node, post_order, rows_of, through
+from tests.galera.support import fresh, other_node, post_order, rows_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.xdist_group(GALERA_CLUSTER_GROUP)]
 
