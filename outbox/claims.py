@@ -56,8 +56,10 @@ class _InDoubt:
         self._claims: list[Claim] = []
         self._lock = threading.Lock()
 
-    def keep(self, claim: Claim) -> None:
-        logger.warning("a claim of %d rows in doubt: its COMMIT went unanswered", len(claim.messages))
+    def keep(self, claim: Claim, error: BaseException) -> None:
+        logger.warning(
+            "a claim of %d rows in doubt (%s): given back once its transaction has ended", len(claim.messages), error
+        )
         with self._lock:
             self._claims.append(claim)
 
@@ -122,11 +124,11 @@ def claim_due(*, limit: int, lease_seconds: float | None = None) -> Claim:
                     raise RuntimeError(f"leased {leased} of {len(ids)} locked rows")
             else:
                 cursor.execute("COMMIT")
-    except BaseException:
+    except BaseException as error:
         transaction_abandon(connection)
         if claim is not None:
             # The lease may have committed (its COMMIT was sent, or is in the batch that failed): give it back.
-            in_doubt.keep(claim)
+            in_doubt.keep(claim, error)
         raise
     return claim or Claim([], lease_until)
 

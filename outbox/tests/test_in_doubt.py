@@ -101,7 +101,7 @@ def test_a_claim_in_doubt_whose_transaction_is_still_open_is_given_back_only_onc
             f"UPDATE {TransactionLog._meta.db_table} SET next_attempt_at = %s WHERE id IN ({placeholders})",  # noqa: S608
             [lease_until.replace(tzinfo=None), *ids],
         )
-        in_doubt.keep(Claim([ClaimedMessage(id, {}, 0) for id in ids], lease_until))
+        in_doubt.keep(Claim([ClaimedMessage(id, {}, 0) for id in ids], lease_until), ConnectionError("held up"))
 
         # Its rows locked: nothing to give back yet, and nothing to claim (other relays skip them too).
         assert claim_due(limit=10).messages == []
