@@ -64,15 +64,24 @@ def _stop(process: subprocess.Popen) -> None:
 
 
 def _wait_for_workers(count: int, deadline: float) -> None:
+    seen = "no answer"
     while time.monotonic() < deadline:
+        body = b""
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{MASTER_UI}/json/", timeout=2) as response:  # noqa: S310
-                if json.load(response).get("aliveworkers", 0) >= count:
-                    return
-        except OSError:
-            pass
+                body = response.read()
+            alive = json.loads(body).get("aliveworkers", 0)
+            if alive >= count:
+                return
+            seen = f"{alive} alive"
+        except OSError as error:
+            seen = repr(error)
+        # Once a fresh clone's run got the UI's HTML page here (alone it answers JSON from its first answer): polled
+        # again, and named if it lasts.
+        except ValueError:
+            seen = f"not JSON: {body[:120]!r}"
         time.sleep(0.5)
-    raise TimeoutError(f"{count} Spark standalone workers did not register with the master")
+    raise TimeoutError(f"{count} Spark standalone workers did not register with the master (last answer: {seen})")
 
 
 @contextmanager
