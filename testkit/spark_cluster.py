@@ -76,8 +76,8 @@ def _wait_for_workers(count: int, deadline: float) -> None:
             seen = f"{alive} alive"
         except OSError as error:
             seen = repr(error)
-        # Once a fresh clone's run got the UI's HTML page here (alone it answers JSON from its first answer): polled
-        # again, and named if it lasts.
+        # An answer that is not the master's JSON (its UI's HTML page came here once, under load) is not ready yet;
+        # named if it lasts.
         except ValueError:
             seen = f"not JSON: {body[:120]!r}"
         time.sleep(0.5)
