@@ -1,6 +1,7 @@
 """Fixtures shared by every app's tests: static files, users, API and admin clients, both services' databases for
 each test, a three-node RabbitMQ cluster, what keeps parallel workers apart (testkit/workers.py), and what keeps a
-run's processes from outliving it (testkit/leftovers.py)."""
+run's processes from outliving it (testkit/leftovers.py), and the fault tests' accounts of their runs
+(testkit/summaries.py)."""
 
 import functools
 import hashlib
@@ -32,6 +33,9 @@ from testkit.workers import (
     worker_id,
     worker_vhost,
 )
+
+# The `summary` fixture and the run's closing list of what the fault tests saw.
+pytest_plugins = ("testkit.summaries",)
 
 DATABASE_FIXTURES = {"db", "transactional_db", "live_server", "django_db_reset_sequences"}
 # Its command test stops every child of the test process (the nightly command's interrupted path), a SparkSession's

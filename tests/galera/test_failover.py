@@ -92,19 +92,18 @@ def settle(services: Cluster, ledger: Ledger, user_ids: list[int]) -> Reconcilia
     return result
 
 
-def report(capsys, fault: str, ledger: Ledger, result: Reconciliation, **figures) -> None:
-    with capsys.disabled():
-        shown = ", ".join(
-            f"{name} {value:.1f}" if isinstance(value, float) else f"{name} {value}" for name, value in figures.items()
-        )
-        print(
-            f"\n{fault}: client statuses {dict(ledger.statuses)}; {shown}\n"
-            f"acknowledged {result.acknowledged}, found {result.stored}, credited {result.credited}, "
-            f"duplicated {result.duplicated_credits}, lost {result.lost}\n{result}"
-        )
+def report(summary, fault: str, ledger: Ledger, result: Reconciliation, **figures) -> None:
+    shown = ", ".join(
+        f"{name} {value:.1f}" if isinstance(value, float) else f"{name} {value}" for name, value in figures.items()
+    )
+    summary(
+        f"{fault}: client statuses {dict(ledger.statuses)}; {shown}\n"
+        f"acknowledged {result.acknowledged}, found {result.stored}, credited {result.credited}, "
+        f"duplicated {result.duplicated_credits}, lost {result.lost}\n{result}"
+    )
 
 
-def test_writer_killed_under_load_then_restarted(galera, services, clients, capsys):
+def test_writer_killed_under_load_then_restarted(galera, services, clients, summary):
     user_ids, tokens = clients
     killed = galera.writer()
     rejoined: list[float] = []
@@ -121,7 +120,7 @@ def test_writer_killed_under_load_then_restarted(galera, services, clients, caps
     gap, slowest = longest_write_gap(ledger, since=fault_at), slowest_answer(ledger)
     members = galera.primary_members()
     result = settle(services, ledger, user_ids)
-    report(capsys, f"SIGKILL gal{killed}, restart", ledger, result, gap=gap, slowest=slowest, rejoined=rejoined[0])
+    report(summary, f"SIGKILL gal{killed}, restart", ledger, result, gap=gap, slowest=slowest, rejoined=rejoined[0])
 
     assert ledger.attempted > 200
     result.assert_nothing_lost_or_duplicated(logs=services.logs("web") + services.logs("relay"))
@@ -130,14 +129,14 @@ def test_writer_killed_under_load_then_restarted(galera, services, clients, caps
     assert rejoined[0] <= REJOIN_LIMIT_SECONDS and members == {1, 2, 3}
 
 
-def test_writer_stopped_gracefully_under_load(galera, services, clients, capsys):
+def test_writer_stopped_gracefully_under_load(galera, services, clients, summary):
     user_ids, tokens = clients
     stopped = galera.writer()
     ledger = Ledger()
     fault_at = under_load(services, tokens, ledger, lambda: galera.stop_node(stopped), after=8)
     gap, slowest = longest_write_gap(ledger, since=fault_at), slowest_answer(ledger)
     result = settle(services, ledger, user_ids)
-    report(capsys, f"graceful stop of gal{stopped}", ledger, result, gap=gap, slowest=slowest)
+    report(summary, f"graceful stop of gal{stopped}", ledger, result, gap=gap, slowest=slowest)
 
     result.assert_nothing_lost_or_duplicated(logs=services.logs("web") + services.logs("relay"))
     assert slowest <= ANSWER_LIMIT_SECONDS
@@ -145,7 +144,7 @@ def test_writer_stopped_gracefully_under_load(galera, services, clients, capsys)
 
 
 @pytest.mark.skipif(not iptables_available(), reason="needs iptables and the right to change its rules")
-def test_silent_writer_under_load(galera, services, clients, capsys):
+def test_silent_writer_under_load(galera, services, clients, summary):
     user_ids, tokens = clients
     silent = galera.writer()
     host = galera.silent_host(silent)
@@ -158,7 +157,7 @@ def test_silent_writer_under_load(galera, services, clients, capsys):
         host.heal()
     gap, slowest = longest_write_gap(ledger, since=fault_at), slowest_answer(ledger)
     result = settle(services, ledger, user_ids)
-    report(capsys, f"gal{silent} silent", ledger, result, gap=gap, slowest=slowest, writer_during=writer_during)
+    report(summary, f"gal{silent} silent", ledger, result, gap=gap, slowest=slowest, writer_during=writer_during)
 
     result.assert_nothing_lost_or_duplicated(logs=services.logs("web") + services.logs("relay"))
     assert writer_during != silent and members_during == {1, 2, 3} - {silent}
@@ -167,7 +166,7 @@ def test_silent_writer_under_load(galera, services, clients, capsys):
 
 
 @pytest.mark.skipif(not iptables_available(), reason="needs iptables and the right to change its rules")
-def test_two_nodes_lost_refuse_writes_and_lose_nothing(galera, services, clients, capsys):
+def test_two_nodes_lost_refuse_writes_and_lose_nothing(galera, services, clients, summary):
     user_ids, tokens = clients
     writer = galera.writer()
     lone = next(node for node in (1, 2, 3) if node != writer)
@@ -195,7 +194,7 @@ def test_two_nodes_lost_refuse_writes_and_lose_nothing(galera, services, clients
             host.heal()
     slowest = slowest_answer(ledger)
     result = settle(services, ledger, user_ids)
-    report(capsys, f"gal{writer} and gal{returning} silent", ledger, result, slowest=slowest)
+    report(summary, f"gal{writer} and gal{returning} silent", ledger, result, slowest=slowest)
 
     result.assert_nothing_lost_or_duplicated(logs=services.logs("web") + services.logs("relay"))
     assert refused_while_lost[0] > 0

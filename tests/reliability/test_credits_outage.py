@@ -48,7 +48,7 @@ def longest_wait_for_credit(user_ids: list[int]) -> float:
 
 
 def test_orders_flow_and_credits_catch_up_while_the_credits_database_is_down(
-    cluster, credits_on_second_server, make_user, capsys
+    cluster, credits_on_second_server, make_user, summary
 ):
     server = credits_on_second_server
     users = [make_user(f"outage{i}") for i in range(4)]
@@ -88,16 +88,15 @@ def test_orders_flow_and_credits_catch_up_while_the_credits_database_is_down(
     retries_spent = len(re.findall(r"failed \(\w+\), retry", credits_log))
     requeued = credits_log.count("put back on the queue")
     longest_wait = longest_wait_for_credit(user_ids)
-    with capsys.disabled():
-        print(
-            f"\ncredits server SIGKILLed, restarted {OUTAGE_SECONDS} s later (up again in {restart_seconds:.1f} s)"
-            f"\nclient statuses: {dict(ledger.statuses)}; restarted by the supervisor: {dict(cluster.restarts)}"
-            f"\n{result}\norders acknowledged during the outage: {during_outage}, p99 {p99_outage * 1000:.1f} ms"
-            f" (before it {p99_before * 1000:.1f} ms)\nthe {len(backlog)} orders acknowledged until the server returned"
-            f" were all credited {caught_up_in:.1f} s after it did;"
-            f" longest order-to-credit wait {longest_wait:.1f} s\nretries spent on the outage: {retries_spent};"
-            f" deliveries put back on the queue: {requeued}; credits.dead: {queue_depth(CREDITS_DEAD_QUEUE)}"
-        )
+    summary(
+        f"\ncredits server SIGKILLed, restarted {OUTAGE_SECONDS} s later (up again in {restart_seconds:.1f} s)"
+        f"\nclient statuses: {dict(ledger.statuses)}; restarted by the supervisor: {dict(cluster.restarts)}"
+        f"\n{result}\norders acknowledged during the outage: {during_outage}, p99 {p99_outage * 1000:.1f} ms"
+        f" (before it {p99_before * 1000:.1f} ms)\nthe {len(backlog)} orders acknowledged until the server returned"
+        f" were all credited {caught_up_in:.1f} s after it did;"
+        f" longest order-to-credit wait {longest_wait:.1f} s\nretries spent on the outage: {retries_spent};"
+        f" deliveries put back on the queue: {requeued}; credits.dead: {queue_depth(CREDITS_DEAD_QUEUE)}"
+    )
 
     # The order service kept taking orders at full speed, and said what it could not know.
     assert during_outage >= RATE * OUTAGE_SECONDS * 0.8

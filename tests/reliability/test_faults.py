@@ -87,7 +87,7 @@ def run_nightly(cluster, day: str) -> dict:
     return json.loads((cluster.workdir / "reports" / day / "consistency.json").read_text())
 
 
-def test_nothing_lost_or_doubled_under_faults(broker, cluster, make_user, capsys):
+def test_nothing_lost_or_doubled_under_faults(broker, cluster, make_user, summary):
     users = [make_user(f"reliability{i}") for i in range(4)]
     user_ids = [u.pk for u in users]
     tokens = [api_token_create(user=u)[1] for u in users]
@@ -141,11 +141,10 @@ def test_nothing_lost_or_doubled_under_faults(broker, cluster, make_user, capsys
         what="the duplicate deliveries to be consumed",
     )
     result, _ = wait_for_credits(ledger, user_ids, timeout=5)
-    with capsys.disabled():
-        print(
-            f"\nfaults: {faults}\nclient statuses: {dict(ledger.statuses)}\nrestarted by the supervisor: "
-            f"{dict(cluster.restarts)}\n{result}\ndrained in {drained_in:.1f}s"
-        )
+    summary(
+        f"\nfaults: {faults}\nclient statuses: {dict(ledger.statuses)}\nrestarted by the supervisor: "
+        f"{dict(cluster.restarts)}\n{result}\ndrained in {drained_in:.1f}s"
+    )
 
     assert ledger.attempted > 100
     result.assert_nothing_lost_or_duplicated(logs=cluster.logs("credits") + cluster.logs("relay"))

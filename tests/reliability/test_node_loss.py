@@ -85,7 +85,7 @@ def services(rabbitmq_cluster, transactional_db, tmp_path):
             conn.default_channel.queue_delete(CANARY_QUEUE)
 
 
-def test_nothing_lost_or_doubled_when_broker_nodes_fail(rabbitmq_cluster, services, make_user, capsys):
+def test_nothing_lost_or_doubled_when_broker_nodes_fail(rabbitmq_cluster, services, make_user, summary):
     users = [make_user(f"nodeloss{i}") for i in range(4)]
     user_ids = [u.pk for u in users]
     tokens = [api_token_create(user=u)[1] for u in users]
@@ -136,13 +136,12 @@ def test_nothing_lost_or_doubled_when_broker_nodes_fail(rabbitmq_cluster, servic
     time.sleep(2)  # a late duplicate would land now
     result, _ = wait_for_credits(ledger, user_ids, timeout=5)
     canaries = canary_count(rabbitmq_cluster.broker_url)
-    with capsys.disabled():
-        print(
-            f"\nfaults: {faults}\nclient statuses: {dict(ledger.statuses)}\nrestarted by the supervisor: "
-            f"{dict(services.restarts)}\n{result}\nevery order credited {credited_after:.1f}s after the last fault"
-            f"\ncanary messages confirmed before the kill and still there: {canaries}/{CANARY_MESSAGES}"
-            f"\ncredits awarded while cs{killed} was down: {awarded_while_down} in the {down_for:.0f} s watched"
-        )
+    summary(
+        f"\nfaults: {faults}\nclient statuses: {dict(ledger.statuses)}\nrestarted by the supervisor: "
+        f"{dict(services.restarts)}\n{result}\nevery order credited {credited_after:.1f}s after the last fault"
+        f"\ncanary messages confirmed before the kill and still there: {canaries}/{CANARY_MESSAGES}"
+        f"\ncredits awarded while cs{killed} was down: {awarded_while_down} in the {down_for:.0f} s watched"
+    )
 
     assert canaries == CANARY_MESSAGES
     assert awarded_while_down > RATE, "the relay and the workers did not fail over to a surviving node"

@@ -80,7 +80,7 @@ def columns_and_indexes() -> tuple[set[str], set[str]]:
     return columns, indexes
 
 
-def test_the_ordered_at_migration_runs_while_orders_flow(cluster, credits_on_second_server, make_user, capsys):
+def test_the_ordered_at_migration_runs_while_orders_flow(cluster, credits_on_second_server, make_user, summary):
     server = credits_on_second_server
     database = connections["credits"].settings_dict["NAME"]
     call_command("migrate", APP, BEFORE, database="credits", verbosity=0)
@@ -123,15 +123,14 @@ def test_the_ordered_at_migration_runs_while_orders_flow(cluster, credits_on_sec
     insert_p99, inserts_during = awards.p99(since=started, until=finished)
     insert_p99_before, _ = awards.p99(since=started - WINDOW_SECONDS, until=started)
     insert_max = max((s for at, s in awards.timings if started <= at <= finished), default=float("nan"))
-    with capsys.disabled():
-        print(
-            f"\nmigrate {APP} {BEFORE} -> {MIGRATION} over {ROWS:,} rows took {finished - started:.2f} s"
-            f" (machine shared with other test runs)\norders during it: {orders_during}, p99"
-            f" {order_p99 * 1000:.1f} ms (the {WINDOW_SECONDS} s before: {order_p99_before * 1000:.1f} ms);"
-            f" client statuses {dict(ledger.statuses)}\nrelease-before credit inserts during it: {inserts_during},"
-            f" p99 {insert_p99 * 1000:.1f} ms, max {insert_max * 1000:.1f} ms (before: {insert_p99_before * 1000:.1f}"
-            f" ms), errors {len(awards.errors)}\n{result}"
-        )
+    summary(
+        f"\nmigrate {APP} {BEFORE} -> {MIGRATION} over {ROWS:,} rows took {finished - started:.2f} s"
+        f" (machine shared with other test runs)\norders during it: {orders_during}, p99"
+        f" {order_p99 * 1000:.1f} ms (the {WINDOW_SECONDS} s before: {order_p99_before * 1000:.1f} ms);"
+        f" client statuses {dict(ledger.statuses)}\nrelease-before credit inserts during it: {inserts_during},"
+        f" p99 {insert_p99 * 1000:.1f} ms, max {insert_max * 1000:.1f} ms (before: {insert_p99_before * 1000:.1f}"
+        f" ms), errors {len(awards.errors)}\n{result}"
+    )
 
     assert {"ordered_at"} <= columns and "order_credits_ordered_at_idx" in indexes
     # No order refused or failed, none slow; the credits table took every insert meanwhile, none held up (a lock

@@ -42,7 +42,7 @@ POLL_SECONDS = 1
 
 
 def test_the_relay_alert_fires_when_the_relay_stops_and_resolves_when_it_returns(
-    transactional_db, user, tmp_path, capsys
+    transactional_db, user, tmp_path, summary
 ):
     began = time.monotonic()
     token = api_token_create(user=user)[1]
@@ -117,13 +117,12 @@ def test_the_relay_alert_fires_when_the_relay_stops_and_resolves_when_it_returns
         assert placed_while_down
         # No sooner than its scaled windows allow after the last publish: they are what Prometheus evaluated.
         silent_for = (fired_at - last_published).total_seconds()
-        with capsys.disabled():
-            print(
-                f"\nrelay stopped {running_for:.1f} s into the test (processes and Prometheus started, publishes and"
-                f" credits scraped); OutboxRelayDown firing {fired_in:.1f} s after the relay's stop,"
-                f" {silent_for:.1f} s after its last publish; resolved {resolved_in:.1f} s after its start;"
-                f" {len(order_ids)} orders, {len(placed_while_down)} placed while it was down"
-            )
+        summary(
+            f"\nrelay stopped {running_for:.1f} s into the test (processes and Prometheus started, publishes and"
+            f" credits scraped); OutboxRelayDown firing {fired_in:.1f} s after the relay's stop,"
+            f" {silent_for:.1f} s after its last publish; resolved {resolved_in:.1f} s after its start;"
+            f" {len(order_ids)} orders, {len(placed_while_down)} placed while it was down"
+        )
         assert silent_for >= RELAY_DOWN_SECONDS - SCRAPE_SLACK_SECONDS, silent_for
         wait_until_credited(order_ids, timeout=120)
         assert OrderCredit.objects.filter(order_id__in=order_ids).count() == len(order_ids)

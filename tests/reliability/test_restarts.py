@@ -63,12 +63,16 @@ def orders_flowing(cluster, make_user, *, backends=None):
     ledger.result, ledger.drained_in = wait_for_credits(ledger, [u.pk for u in users], timeout=DRAIN_LIMIT_SECONDS)
 
 
-def report(capsys, ledger: Ledger, restarts: list[Restart]) -> None:
-    with capsys.disabled():
-        print(f"\nload average {os.getloadavg()}; client statuses {dict(ledger.statuses)}")
-        for item in restarts:
-            print("  " + item.summary(ledger))
-        print(f"  {ledger.result}; all credited {ledger.drained_in:.1f} s after the stream stopped")
+def report(summary, ledger: Ledger, restarts: list[Restart]) -> None:
+    summary(
+        "\n".join(
+            [
+                f"load average {os.getloadavg()}; client statuses {dict(ledger.statuses)}",
+                *("  " + item.summary(ledger) for item in restarts),
+                f"  {ledger.result}; all credited {ledger.drained_in:.1f} s after the stream stopped",
+            ]
+        )
+    )
 
 
 def assert_all_well(
@@ -89,11 +93,11 @@ def leased_rows() -> int:
 
 
 @pytest.mark.alone
-def test_gunicorn_hup_reload_refuses_and_loses_nothing(cluster, make_user, capsys):
+def test_gunicorn_hup_reload_refuses_and_loses_nothing(cluster, make_user, summary):
     cluster.start("web", "relay", "credits")
     with orders_flowing(cluster, make_user) as ledger:
         restarts = [reload_gunicorn(cluster), reload_gunicorn(cluster)]
-    report(capsys, ledger, restarts)
+    report(summary, ledger, restarts)
     # No latency bound here: on HUP gunicorn stops the old workers as soon as it has forked the new ones, so orders
     # wait in the listen backlog for as long as a new worker takes to boot (0.2 s of CPU, seconds on a loaded
     # machine). The gapless reload below is the one to deploy with; this one must still lose and refuse nothing.
@@ -101,22 +105,22 @@ def test_gunicorn_hup_reload_refuses_and_loses_nothing(cluster, make_user, capsy
 
 
 @pytest.mark.alone
-def test_gunicorn_gapless_reload(cluster, make_user, capsys):
+def test_gunicorn_gapless_reload(cluster, make_user, summary):
     cluster.start("web", "relay", "credits")
     with orders_flowing(cluster, make_user) as ledger:
         restarts = [reload_gunicorn_gapless(cluster), reload_gunicorn_gapless(cluster)]
-    report(capsys, ledger, restarts)
+    report(summary, ledger, restarts)
     assert_all_well(cluster, ledger, restarts, "web")
 
 
 @pytest.mark.alone
-def test_gunicorn_stop_and_start_behind_a_second_instance(cluster, make_user, capsys):
+def test_gunicorn_stop_and_start_behind_a_second_instance(cluster, make_user, summary):
     cluster.second_port = free_port()
     cluster.start("web", "web2", "relay", "credits")
     backends = Backends(*cluster.web_urls.values())
     with orders_flowing(cluster, make_user, backends=backends) as ledger:
         restarts = [restart_behind_other(cluster, backends, "web"), restart_behind_other(cluster, backends, "web2")]
-    report(capsys, ledger, restarts)
+    report(summary, ledger, restarts)
     assert_all_well(cluster, ledger, restarts, "web", "web2")
 
 
@@ -130,13 +134,13 @@ RELAYS = {
 
 @pytest.mark.paired
 @pytest.mark.parametrize("relay", RELAYS)
-def test_a_relay_finishes_its_batch_and_leaves_nothing_leased(cluster, make_user, capsys, relay):
+def test_a_relay_finishes_its_batch_and_leaves_nothing_leased(cluster, make_user, summary, relay):
     processes, stopped_line = RELAYS[relay]
     cluster.start(*processes)
     left_leased = []
     with orders_flowing(cluster, make_user) as ledger:
         restarts = [restart(cluster, relay, while_stopped=lambda: left_leased.append(leased_rows())) for _ in range(2)]
-    report(capsys, ledger, restarts)
+    report(summary, ledger, restarts)
     assert_all_well(cluster, ledger, restarts, relay)
     assert left_leased == [0, 0]
     log = cluster.logs(relay, tail=10_000)
@@ -145,20 +149,20 @@ def test_a_relay_finishes_its_batch_and_leaves_nothing_leased(cluster, make_user
 
 @pytest.mark.paired
 @pytest.mark.parametrize("pool", ["prefork", "solo"])
-def test_credits_worker_warm_shutdown(cluster, make_user, capsys, pool):
+def test_credits_worker_warm_shutdown(cluster, make_user, summary, pool):
     # prefork as the harness runs it; solo as docs/OPERATIONS.md runs the consumer.
     cluster.process_args["credits"] = ["-P", pool]
     cluster.start("web", "relay", "credits")
     with orders_flowing(cluster, make_user) as ledger:
         restarts = [restart(cluster, "credits") for _ in range(2)]
-    report(capsys, ledger, restarts)
+    report(summary, ledger, restarts)
     assert_all_well(cluster, ledger, restarts, "credits")
     log = cluster.logs("credits", tail=10_000)
     assert "WorkerLostError" not in log and "Retry in" not in log, log[-3000:]
 
 
 @pytest.mark.paired
-def test_beat_restart_keeps_its_schedule_and_sends_nothing_twice(cluster, make_user, capsys):
+def test_beat_restart_keeps_its_schedule_and_sends_nothing_twice(cluster, make_user, summary):
     cluster.start("web", "relay", "outbox", "beat", "credits")
     schedule = cluster.workdir / "beat-schedule"
     counts = []
@@ -178,7 +182,7 @@ def test_beat_restart_keeps_its_schedule_and_sends_nothing_twice(cluster, make_u
                 what="beat to send two sweeps",
             )
             restarts.append(restart(cluster, "beat", while_stopped=saved_run_counts))
-    report(capsys, ledger, restarts)
+    report(summary, ledger, restarts)
     assert_all_well(cluster, ledger, restarts, "beat")
     # The schedule was saved on each stop and taken up again: the sweep's count went on from where it was.
     first, second = counts
@@ -198,7 +202,7 @@ def test_beat_restart_keeps_its_schedule_and_sends_nothing_twice(cluster, make_u
 @pytest.mark.paired
 @pytest.mark.spark
 def test_analytics_worker_stopped_mid_run_records_it_interrupted_and_the_requeued_run_succeeds(
-    cluster, make_user, capsys
+    cluster, make_user, summary
 ):
     # A Spark master that never answers keeps the first run in progress (the driver retries registering), without
     # the CPU of a real Spark job; the worker started again runs the requeued day on a small local master.
@@ -225,7 +229,7 @@ def test_analytics_worker_stopped_mid_run_records_it_interrupted_and_the_requeue
         what="the requeued run to succeed",
         details=lambda: cluster.logs("analytics"),
     )
-    report(capsys, ledger, restarts)
+    report(summary, ledger, restarts)
     assert_all_well(cluster, ledger, restarts, "analytics")
     assert list(runs.order_by("id").values_list("status", flat=True)) == ["interrupted", "succeeded"]
     assert lock_free == [True], "the interrupted run still held its day's lock after its worker exited"

@@ -161,7 +161,7 @@ def rollout(request, cluster, release_before):
 
 
 def test_routing_by_version_rolls_out_and_a_newer_message_waits_for_a_consumer_that_knows_it(
-    rollout, make_user, capsys
+    rollout, make_user, summary
 ):
     users = {version: [make_user(f"rollout-v{version}-{i}") for i in range(2)] for version in (1, 2)}
     tokens = {version: [api_token_create(user=u)[1] for u in users[version]] for version in (1, 2)}
@@ -234,21 +234,20 @@ def test_routing_by_version_rolls_out_and_a_newer_message_waits_for_a_consumer_t
     handbacks = {name: text.count(HANDBACK) for name, text in logs.items()}
     older_received = len(re.findall(r"award_credits\[\w+\] received", logs["older-credits"]))
     retries_spent = sum(len(RETRY_SPENT.findall(text)) for text in logs.values())
-    with capsys.disabled():
-        print(
-            f"\n[{rollout.env().get('CELERY_QUEUE_TYPE', 'classic')}] stops: "
-            + ", ".join(f"{k} {v.seconds:.1f}s rc={v.returncode}" for k, v in phases.items())
-            + f"\nbefore the away phase: {len(before_away)} orders credited {moved_caught_up_in:.1f} s after it,"
-            f" {dead_moved} dead letters"
-            f"\naway {AWAY_SECONDS} s: {len(v1_away)} v1 orders of its first {AWAY_SECONDS - AT_ONCE_SECONDS} s"
-            f" ({len(v1_delays)} credited, in at most {max(v1_delays, default=0):.2f} s), {len(v2_away)} v2 orders"
-            f" ({len(v2_aged)} of its first {AWAY_SECONDS - AT_ONCE_SECONDS} s; {len(v2_credited_away)} credited,"
-            f" {dead_away} dead letters)"
-            f"\nv2 consumer back: ready in {ready_in:.1f} s, every waiting v2 order credited {back_caught_up_in:.1f} s"
-            " after its start"
-            f"\nv1 {results[1]}\nv2 {results[2]}\nhand-backs {handbacks}; messages (all version 1) the v1-only"
-            f" consumer received: {older_received}; retries spent {retries_spent}; restarts {dict(rollout.restarts)}"
-        )
+    summary(
+        f"\n[{rollout.env().get('CELERY_QUEUE_TYPE', 'classic')}] stops: "
+        + ", ".join(f"{k} {v.seconds:.1f}s rc={v.returncode}" for k, v in phases.items())
+        + f"\nbefore the away phase: {len(before_away)} orders credited {moved_caught_up_in:.1f} s after it,"
+        f" {dead_moved} dead letters"
+        f"\naway {AWAY_SECONDS} s: {len(v1_away)} v1 orders of its first {AWAY_SECONDS - AT_ONCE_SECONDS} s"
+        f" ({len(v1_delays)} credited, in at most {max(v1_delays, default=0):.2f} s), {len(v2_away)} v2 orders"
+        f" ({len(v2_aged)} of its first {AWAY_SECONDS - AT_ONCE_SECONDS} s; {len(v2_credited_away)} credited,"
+        f" {dead_away} dead letters)"
+        f"\nv2 consumer back: ready in {ready_in:.1f} s, every waiting v2 order credited {back_caught_up_in:.1f} s"
+        " after its start"
+        f"\nv1 {results[1]}\nv2 {results[2]}\nhand-backs {handbacks}; messages (all version 1) the v1-only"
+        f" consumer received: {older_received}; retries spent {retries_spent}; restarts {dict(rollout.restarts)}"
+    )
 
     assert all(stop.returncode == 0 for stop in phases.values()), phases
     assert dead_moved == 0

@@ -132,7 +132,7 @@ def watch_recovery(cluster: Cluster, *, healed_at: float, healed_wall: datetime)
     return back
 
 
-def run_silence(cluster: Cluster, link: SilentLink, make_user, *, silence_seconds: float, capsys) -> dict:
+def run_silence(cluster: Cluster, link: SilentLink, make_user, *, silence_seconds: float, summary) -> dict:
     users = [make_user(f"silence{i}") for i in range(4)]
     user_ids = [u.pk for u in users]
     tokens = [api_token_create(user=u)[1] for u in users]
@@ -160,14 +160,13 @@ def run_silence(cluster: Cluster, link: SilentLink, make_user, *, silence_second
     # The web's own check of the broker has no connection to lose: it answers 503 naming it within its deadline.
     during = [(status, body) for at, _, status, body in probe.answers if silent_at + 3 < at < healed_at]
     alive = {name: proc.poll() is None for name, proc in cluster.procs.items()}
-    with capsys.disabled():
-        print(
-            f"\nsilence {silence_seconds:.0f}s; back after the heal (s): "
-            f"{ {name: round(seconds, 1) for name, seconds in sorted(back.items())} }\n"
-            f"client statuses: {dict(ledger.statuses)}; longest order {longest:.2f}s; longest /healthz"
-            f" {longest_health:.2f}s; "
-            f"restarted: {dict(cluster.restarts)}; alive: {alive}\n{result}\ndrained in {drained_in:.1f}s"
-        )
+    summary(
+        f"\nsilence {silence_seconds:.0f}s; back after the heal (s): "
+        f"{ {name: round(seconds, 1) for name, seconds in sorted(back.items())} }\n"
+        f"client statuses: {dict(ledger.statuses)}; longest order {longest:.2f}s; longest /healthz"
+        f" {longest_health:.2f}s; "
+        f"restarted: {dict(cluster.restarts)}; alive: {alive}\n{result}\ndrained in {drained_in:.1f}s"
+    )
     logs = "\n".join(f"--- {name}\n{cluster.logs(name, tail=30)}" for name in ("credits", "outbox", "relay", "beat"))
     assert dict(cluster.restarts) == {}, logs
     assert all(alive.values()), alive
@@ -184,17 +183,17 @@ def run_silence(cluster: Cluster, link: SilentLink, make_user, *, silence_second
 
 
 def test_every_process_works_again_after_a_silence_longer_than_every_deadline(
-    silent_cluster, broker_link, make_user, capsys
+    silent_cluster, broker_link, make_user, summary
 ):
     # Longer than every deadline of config/celery.py, the broker's own included (two to three heartbeats): by the heal
     # the broker has let go of every connection the workers had.
-    run_silence(silent_cluster, broker_link, make_user, silence_seconds=LONG_SILENCE_SECONDS, capsys=capsys)
+    run_silence(silent_cluster, broker_link, make_user, silence_seconds=LONG_SILENCE_SECONDS, summary=summary)
 
 
-def test_a_worker_reconnecting_before_the_broker_let_go_keeps_running(silent_cluster, broker_link, make_user, capsys):
+def test_a_worker_reconnecting_before_the_broker_let_go_keeps_running(silent_cluster, broker_link, make_user, summary):
     # Longer than a worker takes to find its connection dead (its heartbeat write unanswered), shorter than the broker
     # takes: the worker reconnects while the broker still holds its old connection, and the old connection's
     # consumer on the worker's control queue (pidbox).
     for name in SHORTENED:
         silent_cluster.service_env.pop(name)
-    run_silence(silent_cluster, broker_link, make_user, silence_seconds=SHORT_SILENCE_SECONDS, capsys=capsys)
+    run_silence(silent_cluster, broker_link, make_user, silence_seconds=SHORT_SILENCE_SECONDS, summary=summary)
