@@ -34,7 +34,16 @@ def leased(ids: list[str]) -> set[str]:
 def connect(address: tuple[str, int]) -> MySQLdb.Connection:
     db = connections[statements.database()].settings_dict
     host, port = address
-    return MySQLdb.connect(host=host, port=port, user=db["USER"], password=db["PASSWORD"], database=db["NAME"])
+    return MySQLdb.connect(
+        host=host,
+        port=port,
+        user=db["USER"],
+        password=db["PASSWORD"],
+        database=db["NAME"],
+        connect_timeout=5,
+        read_timeout=10,
+        write_timeout=10,
+    )
 
 
 @pytest.fixture
