@@ -19,7 +19,7 @@ from outbox.drain import drain
 from outbox.models import TransactionLog
 from outbox.publisher import Publisher
 from testkit.lost_answer import ANSWER_LOST, COMMIT_LOST, LostAnswerProxy, through
-from testkit.processes import database_address, free_port
+from testkit.processes import database_address, free_port, server_arguments
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,15 +31,12 @@ def leased(ids: list[str]) -> set[str]:
     )
 
 
-def connect(address: tuple[str, int]) -> MySQLdb.Connection:
-    db = connections[statements.database()].settings_dict
-    host, port = address
+def connect() -> MySQLdb.Connection:
+    """A connection of the test's own to the transaction log's database, as the service's user."""
+    alias = statements.database()
     return MySQLdb.connect(
-        host=host,
-        port=port,
-        user=db["USER"],
-        password=db["PASSWORD"],
-        database=db["NAME"],
+        **server_arguments(alias),
+        database=connections[alias].settings_dict["NAME"],
         connect_timeout=5,
         read_timeout=10,
         write_timeout=10,
@@ -101,7 +98,7 @@ def test_a_claim_in_doubt_is_kept_while_the_database_is_away_and_given_back_when
 def test_a_claim_in_doubt_whose_transaction_is_still_open_is_given_back_only_once_it_ended(make_rows):
     ids = make_rows(3)
     lease_until = timezone.now() + timedelta(seconds=60)
-    held = connect(database_address())
+    held = connect()
     try:
         cursor = held.cursor()
         cursor.execute("START TRANSACTION")
