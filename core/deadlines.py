@@ -4,18 +4,20 @@ A dependency that goes silent (its packets dropped, no reset) leaves a socket wa
 it: TCP alone gives up on an open connection after about 15 minutes. Every database call therefore has a deadline,
 chosen by what the process is for:
 
-| role | who | connect | read, write | server-side statement limit | fails fast |
-|---|---|---|---|---|---|
-| web | gunicorn's workers (gunicorn.conf.py) | 2 s | 3 s | 2.5 s | yes: 1 s after a timeout (core/breaker.py) |
-| relay | `relay_outbox` loop | 3 s | 20 s | 15 s | no |
-| worker | Celery workers of the outbox and credits queues | 3 s | 20 s | 15 s | no |
-| nightly | the analytics queue's worker, `run_nightly_reports`, Spark's JDBC reads | 5 s | 600 s | none | no |
-| command | everything else: migrate, shell, the test run | 5 s | 3600 s | none | no |
+| role | who | connect | read, write | server-side statement limit | idle transaction ended | fails fast |
+|---|---|---|---|---|---|---|
+| web | gunicorn's workers (gunicorn.conf.py) | 2 s | 3 s | 2.5 s | no | yes: 1 s after a timeout (core/breaker.py) |
+| relay | `relay_outbox` loop | 3 s | 20 s | 15 s | 20 s | no |
+| worker | Celery workers of the outbox and credits queues | 3 s | 20 s | 15 s | 20 s | no |
+| nightly | the analytics queue's worker, `run_nightly_reports`, Spark's JDBC reads | 5 s | 600 s | none | no | no |
+| command | everything else: migrate, shell, the test run | 5 s | 3600 s | none | no | no |
 
 The web answers every request within 5 s (a 201, or a 503 with Retry-After): one statement that gets no answer costs
 3 s, a new connection 2 s, and once one thread has paid that the others fail fast instead (core/mysql/base.py). The
 server-side limit (MariaDB's max_statement_time) stops a slow statement just before the client gives up on it, so
 the server does not go on with work nobody waits for, and the client gets an error instead of a broken connection.
+The idle transaction limit (MariaDB's idle_transaction_timeout) ends a relay's or worker's transaction whose client
+is gone, and with it the row locks it held (WORKER_IDLE_TRANSACTION_SECONDS says why).
 The relay's and the workers' statements take milliseconds (the award, a claim of OUTBOX_BATCH_SIZE rows, a retention
 DELETE of OUTBOX_RETENTION_BATCH_SIZE rows); 20 s is far beyond them and short enough that a silent connection is
 given up, and a new one made, well within the 15 s it takes the retransmissions of a connection that lived through a
@@ -44,6 +46,9 @@ class Deadlines:
     statement: float | None
     # Seconds a process refuses new connections at once after one timed out or was refused; None: never fails fast.
     fail_fast: float | None = None
+    # MariaDB's idle_transaction_timeout, whole seconds: the server ends a session whose open transaction has waited
+    # that long for its next statement; None: never.
+    idle_transaction: int | None = None
 
     def options(self) -> dict:
         """Return the DATABASES OPTIONS entries these deadlines set (MySQLdb.connect's arguments)."""
@@ -56,13 +61,28 @@ WORKER_READ_SECONDS = env_int("DATABASE_WORKER_READ_SECONDS", 20, minimum=2, max
 # The server stops a statement at three quarters of the client's wait: 15 s of 20.
 WORKER_STATEMENT_SECONDS = WORKER_READ_SECONDS * 0.75
 
+# The relay and the workers send each transaction as one batch, or statement after statement with nothing between
+# (core/sql_batches.py), so a transaction of theirs left waiting for a statement longer than their read deadline has
+# lost its client: a process that died, or a connection it gave up in a silence, whose close never reached the
+# server. Until the server ends it, the transaction keeps its row locks (a user's balance row, an outbox row's claim):
+# every award for that user waits and fails. Without this limit it would end at wait_timeout, 8 hours by default.
+WORKER_IDLE_TRANSACTION_SECONDS = WORKER_READ_SECONDS
+
 ROLES = {
     WEB: Deadlines(connect=2, read=3, write=3, statement=2.5, fail_fast=1.0),
     RELAY: Deadlines(
-        connect=3, read=WORKER_READ_SECONDS, write=WORKER_READ_SECONDS, statement=WORKER_STATEMENT_SECONDS
+        connect=3,
+        read=WORKER_READ_SECONDS,
+        write=WORKER_READ_SECONDS,
+        statement=WORKER_STATEMENT_SECONDS,
+        idle_transaction=WORKER_IDLE_TRANSACTION_SECONDS,
     ),
     WORKER: Deadlines(
-        connect=3, read=WORKER_READ_SECONDS, write=WORKER_READ_SECONDS, statement=WORKER_STATEMENT_SECONDS
+        connect=3,
+        read=WORKER_READ_SECONDS,
+        write=WORKER_READ_SECONDS,
+        statement=WORKER_STATEMENT_SECONDS,
+        idle_transaction=WORKER_IDLE_TRANSACTION_SECONDS,
     ),
     NIGHTLY: Deadlines(connect=5, read=600, write=600, statement=None),
     COMMAND: Deadlines(connect=5, read=3600, write=3600, statement=None),
@@ -81,17 +101,21 @@ FAIL_FAST_KEY = "FAIL_FAST_SECONDS"
 
 
 def init_command(base: str, deadlines: Deadlines) -> str:
-    """Return the connection's init_command with the role's server-side statement limit appended.
+    """Return the connection's init_command with the role's server-side limits appended: the statement limit and the
+    idle transaction limit.
 
-    The limit is in a MariaDB executable comment: MariaDB runs it, MySQL (whose max_execution_time covers SELECTs
-    only) reads a comment, so the same settings serve both.
+    Each is in a MariaDB executable comment: MariaDB runs it, MySQL (whose max_execution_time covers SELECTs only, and
+    which has no idle transaction limit) reads a comment, so the same settings serve both.
     """
-    if deadlines.statement is None:
-        return base
-    return f"{base} /*M!100108 , max_statement_time={deadlines.statement:g} */"
+    command = base
+    if deadlines.statement is not None:
+        command += f" /*M!100108 , max_statement_time={deadlines.statement:g} */"
+    if deadlines.idle_transaction is not None:
+        command += f" /*M!100300 , idle_transaction_timeout={int(deadlines.idle_transaction)} */"
+    return command
 
 
-# The key of a DATABASES entry that keeps its init_command without a statement limit, for a role to add its own.
+# The key of a DATABASES entry that keeps its init_command without the server-side limits, for a role to add its own.
 INIT_COMMAND_KEY = "INIT_COMMAND_WITHOUT_LIMIT"
 
 

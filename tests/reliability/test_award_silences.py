@@ -8,15 +8,22 @@ some messages delivered twice, through a link to the credits database that goes 
 dropped both ways: testkit/silence.py) for longer than the read deadline. Each silence finds awards whose batch was
 sent and never answered, whose answer was lost, and whose retry on a new connection after the heal races the old
 batch's retransmission. It judges by what is stored, read past the link once it is quiet.
+
+The second test is the fault the first met once in its making: an award whose ROLLBACK and close the silence dropped
+left its transaction open on the server, holding the user's balance row; the server now ends it at the workers' idle
+transaction limit (core/deadlines.py).
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import random
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import MySQLdb
 import pytest
@@ -38,7 +45,9 @@ USERS_PER_THREAD = 2
 SECONDS = 45
 # The awards' read deadline, shortened as the cluster's silence tests shorten the workers' (production's is 20 s).
 READ_SECONDS = 2
-DEADLINES = Deadlines(connect=2, read=READ_SECONDS, write=READ_SECONDS, statement=READ_SECONDS * 0.75)
+DEADLINES = Deadlines(
+    connect=2, read=READ_SECONDS, write=READ_SECONDS, statement=READ_SECONDS * 0.75, idle_transaction=READ_SECONDS
+)
 # Each silence outlasts the read deadline, some by little and some by more than TCP's next retransmission.
 SILENT_SECONDS = (READ_SECONDS + 0.5, READ_SECONDS + 3)
 HEARD_SECONDS = (0.3, 1.5)
@@ -55,32 +64,54 @@ PAUSE_SECONDS = 0.005
 QUIET_SECONDS = 20
 
 
+@dataclass
+class Route:
+    """The link this process's `credits` connections go through, and ways around it."""
+
+    link: SilentLink
+    # A connection of its own straight to the server, past the link.
+    direct: Callable[[], MySQLdb.Connection]
+    # A context in which the `credits` connections go straight to the server, with the same deadlines.
+    straight: Callable[[], contextlib.AbstractContextManager]
+
+
 @pytest.fixture
 def credits_link(transactional_db):
-    """Point this process's `credits` connections through a SilentLink, with the awards' deadlines, for the test;
-    yield the link and a function opening a connection of its own straight to the server, past the link."""
+    """Point this process's `credits` connections through a SilentLink, with the awards' deadlines, for the test."""
     settings_dict = connections[CREDITS].settings_dict
     direct = connections[CREDITS].get_connection_params()
-    saved = {key: settings_dict[key] for key in ("HOST", "PORT")}
+    server = {key: settings_dict[key] for key in ("HOST", "PORT")}
     saved_options = dict(settings_dict["OPTIONS"])
     with SilentLink(database_address(CREDITS)) as link:
+        through = {"HOST": "127.0.0.1", "PORT": str(link.port)}
+
+        @contextlib.contextmanager
+        def straight():
+            connections[CREDITS].close()
+            settings_dict.update(server)
+            try:
+                yield
+            finally:
+                connections[CREDITS].close()
+                settings_dict.update(through)
+
         connections[CREDITS].close()
-        settings_dict.update(HOST="127.0.0.1", PORT=str(link.port))
+        settings_dict.update(through)
         options = settings_dict["OPTIONS"]
         options.update(DEADLINES.options())
         options["init_command"] = init_command(saved_options.get("init_command", ""), DEADLINES)
         try:
-            yield link, lambda: MySQLdb.connect(**direct)
+            yield Route(link, lambda: MySQLdb.connect(**direct), straight)
         finally:
             link.heal()
             connections[CREDITS].close()
-            settings_dict.update(saved)
+            settings_dict.update(server)
             settings_dict["OPTIONS"] = saved_options
     connections[CREDITS].close()
 
 
 def test_awards_through_many_silences_keep_every_balance_the_sum_of_its_credits(credits_link, summary):
-    link, direct = credits_link
+    link, direct = credits_link.link, credits_link.direct
     rng = random.Random(4711)
     order_ids = itertools.count(1_000_000)
     tally: Counter = Counter()
@@ -175,3 +206,48 @@ def stored_credits_and_balances(connection) -> tuple[dict[int, tuple[int, int, i
         cursor.execute("SELECT user_id, balance FROM credit_balances")
         balances = dict(cursor.fetchall())
     return credits, balances
+
+
+def test_an_award_whose_rollback_is_lost_in_a_silence_does_not_hold_its_users_balance_row(credits_link, monkeypatch):
+    """A redelivered award's batch fails on its duplicate and leaves its transaction open, holding the user's balance
+    row, for the award to roll back; here the link goes silent just then, so neither the ROLLBACK nor the close the
+    award falls back on reaches the server. The server ends that transaction at the idle transaction limit
+    (core/deadlines.py), and the user's next award goes through; without the limit it would wait for that row until
+    the session's wait_timeout, hours."""
+    route = credits_link
+    user_id, first, second = 9_001, 2_000_001, 2_000_002
+
+    def award(order_id: int) -> services.CreditAward:
+        return outage.through_outage(
+            lambda: services.credit_award(
+                transaction_id=f"{order_id:032x}", order_id=order_id, user_id=user_id, total=10
+            )
+        )
+
+    assert award(first).created
+    abandon = services.sql_batches.transaction_abandon
+
+    def silenced_first(connection) -> None:
+        route.link.silence()
+        abandon(connection)
+
+    monkeypatch.setattr(services.sql_batches, "transaction_abandon", silenced_first)
+    with pytest.raises(DatabaseError):  # the duplicate, then no answer to the ROLLBACK or to a new connection
+        services.credit_award(transaction_id=f"{first:032x}", order_id=first, user_id=user_id, total=10)
+    monkeypatch.undo()
+    assert route.link.silent  # and stays so: the old connection's close never reaches the server
+
+    started = time.monotonic()
+    with route.straight():
+        while True:
+            try:
+                awarded = award(second)
+                break
+            except DatabaseError:  # the balance row still locked: the statement limit, then delivered again
+                assert time.monotonic() - started < 4 * READ_SECONDS, "the balance row stayed locked"
+                time.sleep(REDELIVERY_PAUSE_SECONDS)
+    assert awarded.created
+
+    credits, balances = stored_credits_and_balances(route.direct())
+    assert {order_id: n for order_id, (n, _, _) in credits.items()} == {first: 1, second: 1}
+    assert balances[user_id] == 2 * 10 + 2 * 10
