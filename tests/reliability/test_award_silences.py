@@ -42,15 +42,15 @@ pytestmark = [
 CREDITS = "credits"
 THREADS = 4
 USERS_PER_THREAD = 2
-SECONDS = 45
+SECONDS = 30
 # The awards' read deadline, shortened as the cluster's silence tests shorten the workers' (production's is 20 s).
 READ_SECONDS = 2
 DEADLINES = Deadlines(
     connect=2, read=READ_SECONDS, write=READ_SECONDS, statement=READ_SECONDS * 0.75, idle_transaction=READ_SECONDS
 )
 # Each silence outlasts the read deadline, some by little and some by more than TCP's next retransmission.
-SILENT_SECONDS = (READ_SECONDS + 0.5, READ_SECONDS + 3)
-HEARD_SECONDS = (0.3, 1.5)
+SILENT_SECONDS = (READ_SECONDS + 0.5, READ_SECONDS + 2.5)
+HEARD_SECONDS = (0.3, 1.0)
 # A message delivered twice, as after a worker died between its commit and its acknowledgement.
 DELIVERED_TWICE = 0.3
 # A delivery whose award raised is delivered again after a pause, as the retry policy does (credits/retry.py), for
@@ -61,7 +61,7 @@ REDELIVERY_SECONDS = 60
 # Between two awards on a thread: the test needs concurrency and silences, not throughput.
 PAUSE_SECONDS = 0.005
 # Once the last silence healed: long enough for the retransmissions of batches sent into a silence to arrive.
-QUIET_SECONDS = 20
+QUIET_SECONDS = 15
 
 
 @dataclass
@@ -190,7 +190,7 @@ def test_awards_through_many_silences_keep_every_balance_the_sum_of_its_credits(
         f"stored {len(credits):,} credits; doubled {len(doubled)}, missing {len(missing)}, wrong {len(wrong)}, "
         f"balances not their credits' sum {mismatched or 0}; link connections left after the quiet: {open_after_quiet}"
     )
-    assert tally["met a silence"] > 0 and silences >= 6, dict(tally)
+    assert tally["met a silence"] > 0 and silences >= 5, dict(tally)
     assert tally["never awarded"] == 0, dict(tally)
     assert (doubled, missing, wrong) == ({}, set(), set())
     assert set(credits) == set(delivered)
