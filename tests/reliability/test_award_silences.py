@@ -1,17 +1,16 @@
 """The award under many silences: every balance stays the sum of its credits, every order is credited once.
 
 The whole cluster's credits database silence (test_silence.py) silences the link once per run; one run of it ended
-with a balance that was not the sum of its credits (docs/RELIABILITY.md, "Open"), which 14 runs since did not meet
-again. This test makes many more tries at the moments a silence can catch an award: the award's own code
+with a balance that was not the sum of its credits, unexplained (docs/RELIABILITY.md, "Open"). This test makes many
+more tries at the moments a silence can catch an award: the award's own code
 (credits.outage.through_outage around credits.services.credit_award, as the consumer calls it) on several threads,
 some messages delivered twice, through a link to the credits database that goes silent again and again (packets
 dropped both ways: testkit/silence.py) for longer than the read deadline. Each silence finds awards whose batch was
 sent and never answered, whose answer was lost, and whose retry on a new connection after the heal races the old
 batch's retransmission. It judges by what is stored, read past the link once it is quiet.
 
-The second test is the fault the first met once in its making: an award whose ROLLBACK and close the silence dropped
-left its transaction open on the server, holding the user's balance row; the server now ends it at the workers' idle
-transaction limit (core/deadlines.py).
+The second test: an award whose ROLLBACK and close a silence dropped leaves its transaction open on the server,
+holding the user's balance row, until the server ends it at the workers' idle transaction limit (core/deadlines.py).
 """
 
 from __future__ import annotations
@@ -54,8 +53,8 @@ HEARD_SECONDS = (0.3, 1.0)
 # A message delivered twice, as after a worker died between its commit and its acknowledgement.
 DELIVERED_TWICE = 0.3
 # A delivery whose award raised is delivered again after a pause, as the retry policy does (credits/retry.py), for
-# this long at most: an award may wait for a transaction its connection left open in a silence, until the server
-# learns that connection is gone.
+# this long at most: an award may wait for a transaction an abandoned connection left open in a silence, until the
+# server ends it (the idle transaction limit).
 REDELIVERY_PAUSE_SECONDS = 0.5
 REDELIVERY_SECONDS = 60
 # Between two awards on a thread: the test needs concurrency and silences, not throughput.
