@@ -11,13 +11,10 @@ outcomes with this.
 
 from __future__ import annotations
 
-import contextlib
 import re
 import socket
 import threading
 from collections.abc import Callable
-
-from django.db import connections
 
 from testkit.listeners import close, listen
 from testkit.processes import free_port
@@ -165,20 +162,3 @@ def answer_complete(data: bytes) -> bool:
             if not status & SERVER_MORE_RESULTS_EXISTS:
                 return True
     return False
-
-
-@contextlib.contextmanager
-def through(proxy: LostAnswerProxy, *aliases: str):
-    """Send this thread's connections of the aliases through the proxy for a while."""
-    saved = {
-        alias: (connections[alias].settings_dict["HOST"], connections[alias].settings_dict["PORT"]) for alias in aliases
-    }
-    for alias in aliases:
-        connections[alias].close()
-        connections[alias].settings_dict.update(HOST="127.0.0.1", PORT=str(proxy.port))
-    try:
-        yield
-    finally:
-        for alias, (host, port) in saved.items():
-            connections[alias].close()
-            connections[alias].settings_dict.update(HOST=host, PORT=port)

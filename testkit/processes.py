@@ -38,6 +38,22 @@ def database_address(alias: str = "default") -> tuple[str, int]:
     return db["HOST"] or "127.0.0.1", int(db["PORT"] or 3306)
 
 
+@contextlib.contextmanager
+def connections_through(port: int, *aliases: str):
+    """Point the aliases' connections at a forwarder on this loopback port (a proxy, a SilentLink) for a while, then
+    back at their server. The settings are the process's: connections other threads open meanwhile go through too."""
+    saved = {alias: {key: connections[alias].settings_dict[key] for key in ("HOST", "PORT")} for alias in aliases}
+    for alias in aliases:
+        connections[alias].close()
+        connections[alias].settings_dict.update(HOST="127.0.0.1", PORT=str(port))
+    try:
+        yield
+    finally:
+        for alias, address in saved.items():
+            connections[alias].close()
+            connections[alias].settings_dict.update(address)
+
+
 def database_url(
     alias: str = "default",
     *,

@@ -18,8 +18,8 @@ from outbox.claims import Claim, ClaimedMessage, claim_due, in_doubt
 from outbox.drain import drain
 from outbox.models import TransactionLog
 from outbox.publisher import Publisher
-from testkit.lost_answer import ANSWER_LOST, COMMIT_LOST, LostAnswerProxy, through
-from testkit.processes import database_address, free_port, server_arguments
+from testkit.lost_answer import ANSWER_LOST, COMMIT_LOST, LostAnswerProxy
+from testkit.processes import connections_through, database_address, free_port, server_arguments
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -53,7 +53,7 @@ def publisher():
 @pytest.mark.parametrize("mode", [ANSWER_LOST, COMMIT_LOST])
 def test_a_claim_whose_commit_goes_unanswered_is_sent_by_the_next_drain(mode, make_rows, credits_queue, publisher):
     ids = make_rows(5)
-    with LostAnswerProxy(database_address()) as proxy, through(proxy, statements.database()):
+    with LostAnswerProxy(database_address()) as proxy, connections_through(proxy.port, statements.database()):
         proxy.arm(mode)
         with pytest.raises(OperationalError):
             drain(publisher)
@@ -72,7 +72,7 @@ def test_a_claim_whose_commit_goes_unanswered_is_sent_by_the_next_drain(mode, ma
 def test_a_claim_in_doubt_is_kept_while_the_database_is_away_and_given_back_when_it_answers(make_rows):
     ids = make_rows(3)
     alias = statements.database()
-    with LostAnswerProxy(database_address()) as proxy, through(proxy, alias):
+    with LostAnswerProxy(database_address()) as proxy, connections_through(proxy.port, alias):
         proxy.arm(ANSWER_LOST)
         with pytest.raises(OperationalError):
             claim_due(limit=10)

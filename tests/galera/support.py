@@ -1,6 +1,6 @@
-"""What the cluster's request-level tests share (testkit/lost_answer.py sends connections through a proxy in front of
-the endpoint): placing an order as a client does, retrying it with its key through a failover, and reading back what
-committed."""
+"""What the cluster's request-level tests share (testkit/processes.connections_through sends connections through a
+proxy in front of the endpoint): placing an order as a client does, retrying it with its key through a failover, and
+reading back what committed."""
 
 import time
 from collections.abc import Callable

@@ -13,7 +13,8 @@ from credits.models import CreditBalance, OrderCredit
 from credits.services import credit_award, credit_balance_ensure
 from outbox.ids import new_transaction_id
 from testkit.galera_cluster import GALERA_CLUSTER_GROUP
-from testkit.lost_answer import ANSWER_LOST, COMMIT_LOST, through
+from testkit.lost_answer import ANSWER_LOST, COMMIT_LOST
+from testkit.processes import connections_through
 from tests.galera.support import FAILOVER_SECONDS, fresh, post_order, retry_until_answered, rows_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True), pytest.mark.xdist_group(GALERA_CLUSTER_GROUP)]
@@ -24,7 +25,7 @@ def test_an_order_whose_commit_answer_is_lost_is_there_once_with_its_message(on_
     writer = on_galera.writer()
     key = uuid.uuid4().hex
     proxy.arm(ANSWER_LOST, lambda: on_galera.kill_node(writer))
-    with through(proxy, "default"):
+    with connections_through(proxy.port, "default"):
         first = post_order(api, key)
     assert proxy.fired.is_set()
     assert first.status_code == 503
@@ -42,7 +43,7 @@ def test_an_order_whose_commit_is_lost_is_absent_with_its_message_and_the_retry_
     writer = on_galera.writer()
     key = uuid.uuid4().hex
     proxy.arm(COMMIT_LOST, lambda: on_galera.kill_node(writer))
-    with through(proxy, "default"):
+    with connections_through(proxy.port, "default"):
         first = post_order(api, key)
     assert proxy.fired.is_set()
     assert first.status_code == 503
@@ -58,7 +59,7 @@ def test_an_award_whose_commit_answer_is_lost_credits_once_when_the_consumer_ret
     award = {"transaction_id": new_transaction_id(), "order_id": 10_000_000 + user.pk, "user_id": user.pk, "total": 7}
     credit_balance_ensure(user_id=user.pk)  # so the award's batch is the next COMMIT
     proxy.arm(ANSWER_LOST, lambda: on_galera.kill_node(writer))
-    with through(proxy, "credits"), pytest.raises(Exception) as lost:  # noqa: PT011 (whatever the driver raises)
+    with connections_through(proxy.port, "credits"), pytest.raises(Exception) as lost:  # noqa: PT011 (whatever the driver raises)
         credit_award(**award)
     assert proxy.fired.is_set(), lost.value
     started = time.monotonic()

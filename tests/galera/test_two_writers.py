@@ -30,8 +30,8 @@ from outbox.models import TransactionLog
 from outbox.publisher import Publisher
 from testkit.galera_cluster import GALERA_CLUSTER_GROUP
 from testkit.harness import Cluster
-from testkit.lost_answer import COMMIT_HELD, through
-from testkit.processes import free_port, mysql_url, service_env
+from testkit.lost_answer import COMMIT_HELD
+from testkit.processes import connections_through, free_port, mysql_url, service_env
 from testkit.queues import purge_queues
 from tests.galera.pairs import award_pairs_judged, award_side, order_pairs_judged, order_side, run_pairs
 from tests.galera.support import fresh, other_node, post_order, rows_of
@@ -92,7 +92,7 @@ def test_a_relay_whose_claim_meets_another_nodes_claim_fails_with_a_deadlock_and
     proxy.arm(COMMIT_HELD, lambda: relayed.append(manage(other, "relay_outbox", "--once")))
     publisher = Publisher()
     try:
-        with through(proxy, "default"), pytest.raises(OperationalError) as refused:
+        with connections_through(proxy.port, "default"), pytest.raises(OperationalError) as refused:
             drain(publisher)
         assert proxy.fired.is_set()
         assert relayed == [f"published {ORDERS}\n"]

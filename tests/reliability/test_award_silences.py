@@ -15,14 +15,11 @@ holding the user's balance row, until the server ends it at the workers' idle tr
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import MySQLdb
 import pytest
@@ -30,7 +27,7 @@ from django.db import DatabaseError, connections
 
 from core.deadlines import Deadlines, init_command
 from credits import outage, services
-from testkit.processes import database_address
+from testkit.processes import connections_through, database_address
 from testkit.silence import SilentLink, iptables_available
 
 pytestmark = [
@@ -63,54 +60,31 @@ PAUSE_SECONDS = 0.005
 QUIET_SECONDS = 15
 
 
-@dataclass
-class Route:
-    """The link this process's `credits` connections go through, and ways around it."""
-
-    link: SilentLink
-    # A connection of its own straight to the server, past the link.
-    direct: Callable[[], MySQLdb.Connection]
-    # A context in which the `credits` connections go straight to the server, with the same deadlines.
-    straight: Callable[[], contextlib.AbstractContextManager]
-
-
 @pytest.fixture
 def credits_link(transactional_db):
-    """Point this process's `credits` connections through a SilentLink, with the awards' deadlines, for the test."""
+    """A SilentLink in front of the credits database, and this process's `credits` connections given the awards'
+    deadlines for the test; a test sends them through the link with connections_through."""
     settings_dict = connections[CREDITS].settings_dict
-    direct = connections[CREDITS].get_connection_params()
-    server = {key: settings_dict[key] for key in ("HOST", "PORT")}
     saved_options = dict(settings_dict["OPTIONS"])
-    with SilentLink(database_address(CREDITS)) as link:
-        through = {"HOST": "127.0.0.1", "PORT": str(link.port)}
-
-        @contextlib.contextmanager
-        def straight():
-            connections[CREDITS].close()
-            settings_dict.update(server)
-            try:
-                yield
-            finally:
-                connections[CREDITS].close()
-                settings_dict.update(through)
-
-        connections[CREDITS].close()
-        settings_dict.update(through)
-        options = settings_dict["OPTIONS"]
-        options.update(DEADLINES.options())
-        options["init_command"] = init_command(saved_options.get("init_command", ""), DEADLINES)
-        try:
-            yield Route(link, lambda: MySQLdb.connect(**direct), straight)
-        finally:
-            link.heal()
-            connections[CREDITS].close()
-            settings_dict.update(server)
-            settings_dict["OPTIONS"] = saved_options
     connections[CREDITS].close()
+    options = settings_dict["OPTIONS"]
+    options.update(DEADLINES.options())
+    options["init_command"] = init_command(saved_options.get("init_command", ""), DEADLINES)
+    try:
+        with SilentLink(database_address(CREDITS)) as link:
+            yield link
+    finally:
+        connections[CREDITS].close()
+        settings_dict["OPTIONS"] = saved_options
+
+
+def direct() -> MySQLdb.Connection:
+    """A connection of its own straight to the credits database's server, past any link."""
+    return MySQLdb.connect(**connections[CREDITS].get_connection_params())
 
 
 def test_awards_through_many_silences_keep_every_balance_the_sum_of_its_credits(credits_link, summary):
-    link, direct = credits_link.link, credits_link.direct
+    link = credits_link
     rng = random.Random(4711)
     order_ids = itertools.count(1_000_000)
     tally: Counter = Counter()
@@ -155,16 +129,17 @@ def test_awards_through_many_silences_keep_every_balance_the_sum_of_its_credits(
             connections.close_all()
 
     threads = [threading.Thread(target=awards, args=(n,)) for n in range(THREADS)]
-    for thread in threads:
-        thread.start()
     silences = 0
-    while time.monotonic() < stop - SILENT_SECONDS[1]:
-        time.sleep(rng.uniform(*HEARD_SECONDS))
-        with link.silenced():
-            time.sleep(rng.uniform(*SILENT_SECONDS))
-        silences += 1
-    for thread in threads:
-        thread.join()
+    with connections_through(link.port, CREDITS):
+        for thread in threads:
+            thread.start()
+        while time.monotonic() < stop - SILENT_SECONDS[1]:
+            time.sleep(rng.uniform(*HEARD_SECONDS))
+            with link.silenced():
+                time.sleep(rng.uniform(*SILENT_SECONDS))
+            silences += 1
+        for thread in threads:
+            thread.join()
     quiet_until = time.monotonic() + QUIET_SECONDS
     while link.connections() and time.monotonic() < quiet_until:
         time.sleep(0.5)
@@ -213,7 +188,7 @@ def test_an_award_whose_rollback_is_lost_in_a_silence_does_not_hold_its_users_ba
     award falls back on reaches the server. The server ends that transaction at the idle transaction limit
     (core/deadlines.py), and the user's next award goes through; without the limit it would wait for that row until
     the session's wait_timeout, hours."""
-    route = credits_link
+    link = credits_link
     user_id, first, second = 9_001, 2_000_001, 2_000_002
 
     def award(order_id: int) -> services.CreditAward:
@@ -223,30 +198,31 @@ def test_an_award_whose_rollback_is_lost_in_a_silence_does_not_hold_its_users_ba
             )
         )
 
-    assert award(first).created
     abandon = services.sql_batches.transaction_abandon
 
     def silenced_first(connection) -> None:
-        route.link.silence()
+        link.silence()
         abandon(connection)
 
-    monkeypatch.setattr(services.sql_batches, "transaction_abandon", silenced_first)
-    with pytest.raises(DatabaseError):  # the duplicate, then no answer to the ROLLBACK or to a new connection
-        services.credit_award(transaction_id=f"{first:032x}", order_id=first, user_id=user_id, total=10)
-    monkeypatch.undo()
-    assert route.link.silent  # and stays so: the old connection's close never reaches the server
+    with connections_through(link.port, CREDITS):
+        assert award(first).created
+        monkeypatch.setattr(services.sql_batches, "transaction_abandon", silenced_first)
+        with pytest.raises(DatabaseError):  # the duplicate, then no answer to the ROLLBACK or to a new connection
+            services.credit_award(transaction_id=f"{first:032x}", order_id=first, user_id=user_id, total=10)
+        monkeypatch.undo()
+    assert link.silent  # and stays so: the old connection's close never reaches the server
 
+    # The user's next award, straight to the server.
     started = time.monotonic()
-    with route.straight():
-        while True:
-            try:
-                awarded = award(second)
-                break
-            except DatabaseError:  # the balance row still locked: the statement limit, then delivered again
-                assert time.monotonic() - started < 4 * READ_SECONDS, "the balance row stayed locked"
-                time.sleep(REDELIVERY_PAUSE_SECONDS)
+    while True:
+        try:
+            awarded = award(second)
+            break
+        except DatabaseError:  # the balance row still locked: the statement limit, then delivered again
+            assert time.monotonic() - started < 4 * READ_SECONDS, "the balance row stayed locked"
+            time.sleep(REDELIVERY_PAUSE_SECONDS)
     assert awarded.created
 
-    credits, balances = stored_credits_and_balances(route.direct())
+    credits, balances = stored_credits_and_balances(direct())
     assert {order_id: n for order_id, (n, _, _) in credits.items()} == {first: 1, second: 1}
     assert balances[user_id] == 2 * 10 + 2 * 10
